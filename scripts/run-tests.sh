@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole test suite from a fresh machine: install dependencies, build, run every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh
+BUILD_DIR="${BUILD_DIR:-build}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+ctest --test-dir "$BUILD_DIR" -j2 --output-on-failure --timeout 600
