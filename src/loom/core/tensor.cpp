@@ -489,8 +489,6 @@ const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
   return impl_->autograd->grad_fn;
 }
 
-void Tensor::retain_grad() { autograd_meta().retains_grad = true; }
-
 const std::string& Tensor::name() const {
   static const std::string kEmpty;
   if (!impl_ || !impl_->autograd) return kEmpty;

@@ -131,8 +131,6 @@ class Tensor {
   Tensor& mutable_grad();
   void set_grad(const Tensor& grad);
   const std::shared_ptr<autograd::Node>& grad_fn() const;
-  // Keep .grad() for this non-leaf tensor after backward.
-  void retain_grad();
   const std::string& name() const;
   Tensor& set_name(const std::string& name);
   AutogradMeta& autograd_meta() const;  // creates the metadata on first use
@@ -149,7 +147,6 @@ class Tensor {
 // Autograd state carried by a tensor. `grad` of a bf16/f16 leaf is fp32 (main grad).
 struct AutogradMeta {
   bool requires_grad = false;
-  bool retains_grad = false;
   std::shared_ptr<autograd::Node> grad_fn;  // producer; null for leaves
   uint32_t output_nr = 0;                   // which output of grad_fn this tensor is
   Tensor grad;

@@ -1,0 +1,125 @@
+#include "loom/autograd/checkpoint.h"
+
+#include "loom/autograd/grad_mode.h"
+#include "loom/autograd/saved_tensor.h"
+#include "loom/core/rng.h"
+
+namespace loom::autograd {
+
+namespace {
+
+struct Frame {
+  CheckpointFn fn;
+  std::vector<Tensor> inputs;        // detached, requires_grad mirrored
+  RngState rng;                      // default generator at the start of the forward
+  SavePolicy keep;
+  int64_t num_saved = 0;             // saves seen during the forward
+  bool recomputed = false;
+  std::vector<Tensor> kept;          // by save index: tensors the policy kept
+  std::vector<Tensor> regenerated;   // by save index: tensors from the recompute
+};
+
+struct Handle {
+  int64_t index;
+};
+
+// Hooks active while fn runs the first time: drop (or keep) each saved tensor, hand out indices.
+class ForwardHooks : public SavedTensorHooks {
+ public:
+  explicit ForwardHooks(std::shared_ptr<Frame> frame) : frame_(std::move(frame)) {}
+
+  std::shared_ptr<void> pack(const Tensor& t, const char* op) override {
+    const int64_t index = frame_->num_saved++;
+    if (frame_->keep && frame_->keep(op)) {
+      frame_->kept.resize(index + 1);
+      frame_->kept[index] = t;
+    }
+    return std::make_shared<Handle>(Handle{index});
+  }
+
+  Tensor unpack(const std::shared_ptr<void>& packed) override {
+    const int64_t index = static_cast<const Handle*>(packed.get())->index;
+    if (index < static_cast<int64_t>(frame_->kept.size()) && frame_->kept[index].defined())
+      return frame_->kept[index];
+    if (!frame_->recomputed) recompute();
+    LOOM_CHECK(index < static_cast<int64_t>(frame_->regenerated.size()) &&
+                   frame_->regenerated[index].defined(),
+               AutogradError, "checkpoint: saved tensor ", index,
+               " was already used by backward; backward twice through a checkpointed region "
+               "needs retain_graph=true on the first call");
+    Tensor t = std::move(frame_->regenerated[index]);
+    frame_->regenerated[index] = Tensor();
+    return t;
+  }
+
+ private:
+  void recompute();
+  std::shared_ptr<Frame> frame_;
+};
+
+// Hooks active during the recompute: record every saved tensor in order.
+class RecomputeHooks : public SavedTensorHooks {
+ public:
+  explicit RecomputeHooks(Frame& frame) : frame_(frame) {}
+  std::shared_ptr<void> pack(const Tensor& t, const char*) override {
+    frame_.regenerated.push_back(t);
+    return nullptr;
+  }
+  Tensor unpack(const std::shared_ptr<void>&) override {
+    LOOM_THROW(AutogradError, "checkpoint: backward inside a recompute is not supported");
+  }
+
+ private:
+  Frame& frame_;
+};
+
+void ForwardHooks::recompute() {
+  Frame& f = *frame_;
+  f.regenerated.clear();
+  f.regenerated.reserve(static_cast<size_t>(f.num_saved));
+  const RngState outer_rng = default_generator().state();
+  default_generator().set_state(f.rng);
+  {
+    NoSavedTensorHooksGuard hide_outer;
+    SavedTensorHooksGuard record(std::make_shared<RecomputeHooks>(f));
+    EnableGradGuard grad_on;  // ops save tensors only when they record history
+    std::vector<Tensor> inputs;
+    inputs.reserve(f.inputs.size());
+    for (const Tensor& t : f.inputs) {
+      if (!t.defined()) { inputs.push_back(t); continue; }
+      Tensor d = t.detach();
+      if (t.requires_grad()) d.set_requires_grad(true);
+      inputs.push_back(d);
+    }
+    f.fn(inputs);
+  }
+  default_generator().set_state(outer_rng);
+  LOOM_CHECK(static_cast<int64_t>(f.regenerated.size()) == f.num_saved, AutogradError,
+             "checkpoint: the recompute saved ", f.regenerated.size(), " tensors but the forward "
+             "saved ", f.num_saved, "; the checkpointed function must be deterministic in its "
+             "control flow");
+  f.recomputed = true;
+  f.kept.clear();
+  f.inputs.clear();
+}
+
+}  // namespace
+
+std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs,
+                               SavePolicy keep) {
+  if (!grad_enabled()) return fn(inputs);  // nothing will be saved anyway
+  auto frame = std::make_shared<Frame>();
+  frame->fn = fn;
+  frame->keep = std::move(keep);
+  frame->rng = default_generator().state();
+  for (const Tensor& t : inputs) {
+    if (!t.defined()) { frame->inputs.push_back(t); continue; }
+    Tensor d = t.detach();
+    if (t.requires_grad()) d.autograd_meta().requires_grad = true;  // mirror (for the recompute)
+    frame->inputs.push_back(d);
+  }
+  SavedTensorHooksGuard guard(std::make_shared<ForwardHooks>(frame));
+  return fn(inputs);
+}
+
+}  // namespace loom::autograd

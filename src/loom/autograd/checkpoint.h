@@ -1,0 +1,22 @@
+// Activation checkpointing (recompute). checkpoint(fn, inputs) runs fn normally but, through
+// saved-tensor hooks, keeps none of the tensors fn's ops save for backward (except those the
+// policy says to keep). The first time backward needs one of them, fn is re-run on the stored
+// inputs with the RNG state of the original forward, regenerating all of them at once; each is
+// released as soon as backward has used it. Grads are identical to running without checkpoint.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "loom/core/tensor.h"
+
+namespace loom::autograd {
+
+using CheckpointFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+// Returns true when the tensor saved by op `op` must be kept (not recomputed).
+using SavePolicy = std::function<bool(const char* op)>;
+
+std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs,
+                               SavePolicy keep = nullptr);
+
+}  // namespace loom::autograd

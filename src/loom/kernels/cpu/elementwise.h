@@ -1,0 +1,34 @@
+// Elementwise CPU kernels. Binary ops broadcast numpy-style; bf16/f16 load into fp32, compute,
+// round back. These do no autograd: the differentiable versions are in loom/ops.
+#pragma once
+
+#include "loom/core/tensor.h"
+
+namespace loom::kernels::cpu {
+
+enum class BinaryOp { add, sub, mul, div, maximum, minimum };
+enum class UnaryOp { neg, exp, log, sqrt, rsqrt, square, abs, sigmoid, silu, tanh, relu, reciprocal };
+
+// out = a (op) b with broadcasting; a and b must share a floating dtype.
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, const char* name);
+// out = op(a)
+Tensor unary(UnaryOp op, const Tensor& a, const char* name);
+// out = a * scale + shift
+Tensor affine(const Tensor& a, double scale, double shift);
+// dst += alpha * src, src broadcast to dst's shape; any floating dtypes (accumulates in fp32, or
+// fp64 for f64 tensors). Used for grad accumulation.
+void add_(Tensor& dst, const Tensor& src, double alpha = 1.0);
+// dst *= value
+void scale_(Tensor& dst, double value);
+
+// Activation forwards and backwards (fused, one pass).
+Tensor gelu(const Tensor& x, bool tanh_approx);
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, bool tanh_approx);
+Tensor silu_backward(const Tensor& grad, const Tensor& x);
+Tensor sigmoid_backward(const Tensor& grad, const Tensor& y);  // y = sigmoid(x)
+// swiglu(gate, up) = silu(gate) * up ; backward gives d_gate and d_up.
+Tensor swiglu(const Tensor& gate, const Tensor& up);
+void swiglu_backward(const Tensor& grad, const Tensor& gate, const Tensor& up, Tensor& d_gate,
+                     Tensor& d_up);
+
+}  // namespace loom::kernels::cpu

@@ -1,0 +1,114 @@
+#include "loom/kernels/cpu/gemm.h"
+
+#include <cblas.h>
+
+#include "loom/core/parallel.h"
+
+namespace loom::kernels::cpu {
+
+namespace {
+
+// A 2-D operand as BLAS sees it: pointer, leading dim, and whether memory is transposed relative
+// to the logical row-major matrix.
+struct BlasMatrix {
+  Tensor holder;  // keeps a converted/contiguous copy alive
+  const void* data;
+  int64_t ld;
+  bool transposed;
+};
+
+BlasMatrix as_blas(const Tensor& t, DType compute) {
+  Tensor x = t.dtype() == compute ? t : t.to(compute);
+  const int64_t rows = x.shape()[0], cols = x.shape()[1];
+  if (x.strides()[1] == 1 && (x.strides()[0] >= std::max<int64_t>(cols, 1) || rows <= 1))
+    return {x, x.raw_data(), std::max<int64_t>(rows <= 1 ? cols : x.strides()[0], 1), false};
+  if (x.strides()[0] == 1 && (x.strides()[1] >= std::max<int64_t>(rows, 1) || cols <= 1))
+    return {x, x.raw_data(), std::max<int64_t>(cols <= 1 ? rows : x.strides()[1], 1), true};
+  Tensor c = x.contiguous();
+  return {c, c.raw_data(), std::max<int64_t>(cols, 1), false};
+}
+
+void blas_gemm(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
+               const void* a, int64_t lda, const void* b, int64_t ldb, double beta, void* c,
+               int64_t ldc) {
+  auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+  if (dt == DType::f64) {
+    cblas_dgemm(CblasRowMajor, TA, TB, m, n, k, alpha, static_cast<const double*>(a), lda,
+                static_cast<const double*>(b), ldb, beta, static_cast<double*>(c), ldc);
+  } else {
+    cblas_sgemm(CblasRowMajor, TA, TB, m, n, k, static_cast<float>(alpha),
+                static_cast<const float*>(a), lda, static_cast<const float*>(b), ldb,
+                static_cast<float>(beta), static_cast<float*>(c), ldc);
+  }
+}
+
+void check_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, int64_t& m, int64_t& n,
+                int64_t& k, const char* op) {
+  LOOM_CHECK(a.dim() == 2 && b.dim() == 2, ShapeError, op, ": operands must be 2-D, got ",
+             a.shape().str(), " and ", b.shape().str());
+  check_same_dtype(a, b, op);
+  check_floating(a, op, "a");
+  check_device_supported(a.device(), op);
+  m = ta ? a.shape()[1] : a.shape()[0];
+  k = ta ? a.shape()[0] : a.shape()[1];
+  int64_t kb = tb ? b.shape()[1] : b.shape()[0];
+  n = tb ? b.shape()[0] : b.shape()[1];
+  LOOM_CHECK(k == kb, ShapeError, op, ": inner dimensions differ: ", a.shape().str(),
+             ta ? "ᵀ" : "", " · ", b.shape().str(), tb ? "ᵀ" : "", " (", k, " vs ", kb, ")");
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha,
+          double beta) {
+  int64_t m, n, k;
+  check_gemm(a, trans_a, b, trans_b, m, n, k, "gemm");
+  LOOM_CHECK(c.dim() == 2 && c.shape()[0] == m && c.shape()[1] == n, ShapeError,
+             "gemm: output has shape ", c.shape().str(), ", expected [", m, ", ", n, "]");
+  check_same_dtype(a, c, "gemm");
+  if (m == 0 || n == 0) return;
+  const DType compute = a.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const bool direct = c.dtype() == compute && c.strides()[1] == 1 &&
+                      (c.strides()[0] >= n || m == 1);
+  Tensor cc = direct ? c : beta == 0.0 ? Tensor::empty({m, n}, compute) : c.to(compute).contiguous();
+  BlasMatrix A = as_blas(a, compute), B = as_blas(b, compute);
+  blas_gemm(compute, trans_a != A.transposed, trans_b != B.transposed, m, n, k, alpha, A.data,
+            A.ld, B.data, B.ld, beta, cc.raw_data(), direct ? std::max<int64_t>(c.strides()[0], n) : n);
+  if (!direct) c.copy_(cc);
+}
+
+Tensor matmul_2d(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b) {
+  int64_t m, n, k;
+  check_gemm(a, trans_a, b, trans_b, m, n, k, "matmul");
+  Tensor c = Tensor::empty({m, n}, a.dtype());
+  gemm(a, trans_a, b, trans_b, c, 1.0, 0.0);
+  return c;
+}
+
+void bmm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha,
+         double beta) {
+  LOOM_CHECK(a.dim() == 3 && b.dim() == 3 && c.dim() == 3, ShapeError,
+             "bmm: operands must be 3-D, got ", a.shape().str(), ", ", b.shape().str(), " and ",
+             c.shape().str());
+  const int64_t batch = a.shape()[0];
+  LOOM_CHECK(b.shape()[0] == batch && c.shape()[0] == batch, ShapeError,
+             "bmm: batch sizes differ: ", a.shape().str(), ", ", b.shape().str(), ", ",
+             c.shape().str());
+  if (batch == 0) return;
+  const int64_t m = c.shape()[1], n = c.shape()[2], k = trans_a ? a.shape()[1] : a.shape()[2];
+  const double flops = 2.0 * static_cast<double>(m) * n * k;
+  auto one = [&](int64_t i) {
+    Tensor ci = c.select(0, i);
+    gemm(a.select(0, i), trans_a, b.select(0, i), trans_b, ci, alpha, beta);
+  };
+  // Below ~4 MFLOP per matrix BLAS threading costs more than it gains: spread the batch instead.
+  if (flops < 4e6 && batch > 1) {
+    parallel_for(0, batch, 1, [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) one(i);
+    });
+  } else {
+    for (int64_t i = 0; i < batch; ++i) one(i);
+  }
+}
+
+}  // namespace loom::kernels::cpu

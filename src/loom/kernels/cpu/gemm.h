@@ -1,0 +1,22 @@
+// Matrix multiply through OpenBLAS (sgemm/dgemm). bf16/f16 operands are widened to fp32, multiplied
+// in fp32 and the result rounded back once, as a tensor core with fp32 accumulation would.
+#pragma once
+
+#include "loom/core/tensor.h"
+
+namespace loom::kernels::cpu {
+
+// c = alpha * op(a) · op(b) + beta * c for 2-D a, b, c (op = transpose when the flag is set).
+// a and b may be any 2-D views; c must be 2-D with unit stride in its last dim.
+void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
+          double alpha = 1.0, double beta = 0.0);
+
+// Returns op(a) · op(b) as a new contiguous tensor of a's dtype.
+Tensor matmul_2d(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b);
+
+// Batched: a [B, M, K] (or [B, K, M] with trans_a), b likewise, c [B, M, N] contiguous.
+// Small problems run one sgemm per batch entry on each thread; large ones let BLAS thread.
+void bmm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
+         double alpha = 1.0, double beta = 0.0);
+
+}  // namespace loom::kernels::cpu

@@ -1,0 +1,21 @@
+// Reductions. Each output element is accumulated in a fixed order (fp64 accumulators), so the
+// result never depends on the thread count.
+#pragma once
+
+#include <vector>
+
+#include "loom/core/tensor.h"
+
+namespace loom::kernels::cpu {
+
+// Sum over `dims` (empty = all dims). Result keeps x's dtype.
+Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim);
+// Reduces a broadcast result back to `shape` (sums the broadcast dimensions): the backward of
+// broadcasting.
+Tensor sum_to_shape(const Tensor& x, const Shape& shape);
+// Max over the last dim (values and indices as i64).
+void max_last_dim(const Tensor& x, Tensor& values, Tensor& indices);
+// Sum of squares of all elements in fp64 (grad norms, tests).
+double sum_squares(const Tensor& x);
+
+}  // namespace loom::kernels::cpu

@@ -1,0 +1,176 @@
+#include "loom/ops/elementwise.h"
+
+#include "loom/autograd/function.h"
+#include "loom/kernels/cpu/elementwise.h"
+#include "loom/kernels/cpu/reduce.h"
+
+namespace loom::ops {
+
+namespace k = kernels::cpu;
+using autograd::BackwardContext;
+using autograd::record;
+
+namespace {
+
+using Grads = std::vector<Tensor>;
+
+Tensor reduce_to(const Tensor& g, const Shape& shape) { return k::sum_to_shape(g, shape); }
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = k::binary(k::BinaryOp::add, a, b, "add");
+  const Shape sa = a.shape(), sb = b.shape();
+  record("add", {&a, &b}, {&out}, {}, [sa, sb](const Grads& g, const BackwardContext& ctx) -> Grads {
+    return {ctx.needs_input_grad(0) ? reduce_to(g[0], sa) : Tensor(),
+            ctx.needs_input_grad(1) ? reduce_to(g[0], sb) : Tensor()};
+  });
+  return out;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = k::binary(k::BinaryOp::sub, a, b, "sub");
+  const Shape sa = a.shape(), sb = b.shape();
+  record("sub", {&a, &b}, {&out}, {}, [sa, sb](const Grads& g, const BackwardContext& ctx) -> Grads {
+    return {ctx.needs_input_grad(0) ? reduce_to(g[0], sa) : Tensor(),
+            ctx.needs_input_grad(1) ? k::affine(reduce_to(g[0], sb), -1.0, 0.0) : Tensor()};
+  });
+  return out;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = k::binary(k::BinaryOp::mul, a, b, "mul");
+  const Shape sa = a.shape(), sb = b.shape();
+  record("mul", {&a, &b}, {&out}, {a, b}, [sa, sb](const Grads& g, const BackwardContext& ctx) -> Grads {
+    Grads r(2);
+    if (ctx.needs_input_grad(0)) r[0] = reduce_to(k::binary(k::BinaryOp::mul, g[0], ctx.saved(1), "mul_backward"), sa);
+    if (ctx.needs_input_grad(1)) r[1] = reduce_to(k::binary(k::BinaryOp::mul, g[0], ctx.saved(0), "mul_backward"), sb);
+    return r;
+  });
+  return out;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = k::binary(k::BinaryOp::div, a, b, "div");
+  const Shape sa = a.shape(), sb = b.shape();
+  record("div", {&a, &b}, {&out}, {a, b}, [sa, sb](const Grads& g, const BackwardContext& ctx) -> Grads {
+    Grads r(2);
+    Tensor bv = ctx.saved(1);
+    Tensor ga = k::binary(k::BinaryOp::div, g[0], bv, "div_backward");
+    if (ctx.needs_input_grad(0)) r[0] = reduce_to(ga, sa);
+    if (ctx.needs_input_grad(1)) {
+      // d(a/b)/db = -a/b² = -(g/b)·(a/b)
+      Tensor q = k::binary(k::BinaryOp::div, ctx.saved(0), bv, "div_backward");
+      r[1] = reduce_to(k::affine(k::binary(k::BinaryOp::mul, ga, q, "div_backward"), -1.0, 0.0), sb);
+    }
+    return r;
+  });
+  return out;
+}
+
+Tensor scale(const Tensor& a, double s) {
+  Tensor out = k::affine(a, s, 0.0);
+  record("scale", {&a}, {&out}, {}, [s](const Grads& g, const BackwardContext&) -> Grads {
+    return {k::affine(g[0], s, 0.0)};
+  });
+  return out;
+}
+
+Tensor add_scalar(const Tensor& a, double s) {
+  Tensor out = k::affine(a, 1.0, s);
+  record("add_scalar", {&a}, {&out}, {}, [](const Grads& g, const BackwardContext&) -> Grads {
+    return {g[0]};
+  });
+  return out;
+}
+
+Tensor neg(const Tensor& a) { return scale(a, -1.0); }
+
+Tensor exp(const Tensor& a) {
+  Tensor out = k::unary(k::UnaryOp::exp, a, "exp");
+  record("exp", {&a}, {&out}, {out}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
+    return {k::binary(k::BinaryOp::mul, g[0], ctx.saved(0), "exp_backward")};
+  });
+  return out;
+}
+
+Tensor log(const Tensor& a) {
+  Tensor out = k::unary(k::UnaryOp::log, a, "log");
+  record("log", {&a}, {&out}, {a}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
+    return {k::binary(k::BinaryOp::div, g[0], ctx.saved(0), "log_backward")};
+  });
+  return out;
+}
+
+Tensor sqrt(const Tensor& a) {
+  Tensor out = k::unary(k::UnaryOp::sqrt, a, "sqrt");
+  record("sqrt", {&a}, {&out}, {out}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
+    // d sqrt(a) = g / (2 sqrt(a))
+    return {k::affine(k::binary(k::BinaryOp::div, g[0], ctx.saved(0), "sqrt_backward"), 0.5, 0.0)};
+  });
+  return out;
+}
+
+Tensor square(const Tensor& a) {
+  Tensor out = k::unary(k::UnaryOp::square, a, "square");
+  record("square", {&a}, {&out}, {a}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
+    return {k::affine(k::binary(k::BinaryOp::mul, g[0], ctx.saved(0), "square_backward"), 2.0, 0.0)};
+  });
+  return out;
+}
+
+Tensor sigmoid(const Tensor& a) {
+  Tensor out = k::unary(k::UnaryOp::sigmoid, a, "sigmoid");
+  record("sigmoid", {&a}, {&out}, {out}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
+    return {k::sigmoid_backward(g[0].contiguous(), ctx.saved(0))};
+  });
+  return out;
+}
+
+Tensor silu(const Tensor& a) {
+  Tensor out = k::unary(k::UnaryOp::silu, a, "silu");
+  record("silu", {&a}, {&out}, {a}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
+    return {k::silu_backward(g[0], ctx.saved(0))};
+  });
+  return out;
+}
+
+Tensor tanh(const Tensor& a) {
+  Tensor out = k::unary(k::UnaryOp::tanh, a, "tanh");
+  record("tanh", {&a}, {&out}, {out}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
+    Tensor y = ctx.saved(0);
+    Tensor one_minus_y2 = k::affine(k::unary(k::UnaryOp::square, y, "tanh_backward"), -1.0, 1.0);
+    return {k::binary(k::BinaryOp::mul, g[0], one_minus_y2, "tanh_backward")};
+  });
+  return out;
+}
+
+Tensor gelu(const Tensor& a, bool tanh_approx) {
+  Tensor out = k::gelu(a, tanh_approx);
+  record("gelu", {&a}, {&out}, {a}, [tanh_approx](const Grads& g, const BackwardContext& ctx) -> Grads {
+    return {k::gelu_backward(g[0], ctx.saved(0), tanh_approx)};
+  });
+  return out;
+}
+
+Tensor swiglu(const Tensor& gate, const Tensor& up) {
+  Tensor out = k::swiglu(gate, up);
+  record("swiglu", {&gate, &up}, {&out}, {gate, up}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
+    Tensor dg, du;
+    k::swiglu_backward(g[0], ctx.saved(0), ctx.saved(1), dg, du);
+    return {dg, du};
+  });
+  return out;
+}
+
+Tensor cast(const Tensor& a, DType dtype) {
+  if (a.dtype() == dtype) return a;
+  Tensor out = a.to(dtype);
+  const DType from = a.dtype();
+  record("cast", {&a}, {&out}, {}, [from](const Grads& g, const BackwardContext&) -> Grads {
+    return {g[0].to(from)};
+  });
+  return out;
+}
+
+}  // namespace loom::ops

@@ -1,0 +1,32 @@
+// Differentiable elementwise ops. Binary ops broadcast numpy-style (grads are summed back to each
+// input's shape). All outputs are new tensors; nothing here works in place.
+#pragma once
+
+#include "loom/core/tensor.h"
+
+namespace loom::ops {
+
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+// a * s
+Tensor scale(const Tensor& a, double s);
+// a + s
+Tensor add_scalar(const Tensor& a, double s);
+Tensor neg(const Tensor& a);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor square(const Tensor& a);
+Tensor sigmoid(const Tensor& a);
+Tensor silu(const Tensor& a);
+Tensor tanh(const Tensor& a);
+// approximate: "none" (erf) or "tanh"
+Tensor gelu(const Tensor& a, bool tanh_approx = false);
+// silu(gate) * up, fused (one pass forward, one pass backward)
+Tensor swiglu(const Tensor& gate, const Tensor& up);
+// Changes dtype; the grad is cast back to the input's dtype.
+Tensor cast(const Tensor& a, DType dtype);
+
+}  // namespace loom::ops

@@ -1,0 +1,97 @@
+// Elementwise ops: forward against scalar references, backward against finite differences (f64),
+// bf16 within a stated tolerance. (Issue 2, item 4/5.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "loom/ops/elementwise.h"
+#include "testing/gradcheck.h"
+
+using namespace loom;
+using loom::testing::gradcheck;
+using loom::testing::leaf;
+using loom::testing::random_f64;
+
+TEST(OpsElementwise, BroadcastForwardValues) {
+  Tensor a = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor b = Tensor::from_vector(std::vector<float>{10, 20, 30}, {3});
+  EXPECT_EQ(ops::add(a, b).to_float_vector(), (std::vector<float>{11, 22, 33, 14, 25, 36}));
+  EXPECT_EQ(ops::sub(a, b).to_float_vector(), (std::vector<float>{-9, -18, -27, -6, -15, -24}));
+  EXPECT_EQ(ops::mul(a, b).to_float_vector(), (std::vector<float>{10, 40, 90, 40, 100, 180}));
+  Tensor col = Tensor::from_vector(std::vector<float>{2, 4}, {2, 1});
+  EXPECT_EQ(ops::div(a, col).to_float_vector(), (std::vector<float>{0.5f, 1, 1.5f, 1, 1.25f, 1.5f}));
+}
+
+TEST(OpsElementwise, BroadcastMismatchNamesShapes) {
+  Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({4});
+  try {
+    ops::add(a, b);
+    FAIL() << "expected ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("add: shapes [2, 3] and [4] cannot be broadcast"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ops::add(Tensor::zeros({2}), Tensor::zeros({2}, DType::f64)), DTypeError);
+}
+
+TEST(OpsElementwise, GradcheckBinaryWithBroadcast) {
+  for (auto op : {ops::add, ops::sub, ops::mul}) {
+    Tensor a = leaf({2, 3, 4}, 1), b = leaf({3, 1}, 2);
+    EXPECT_LT(gradcheck([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{op(in[0], in[1])}; }, {a, b}), 1e-6);
+  }
+  Tensor a = leaf({2, 3}, 3), b = leaf({2, 3}, 4, 0.5, 2.0);
+  EXPECT_LT(gradcheck([](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::div(in[0], in[1])}; }, {a, b}), 1e-6);
+}
+
+TEST(OpsElementwise, GradcheckUnaryAndActivations) {
+  using F = Tensor (*)(const Tensor&);
+  const std::vector<std::pair<const char*, F>> fns = {
+      {"exp", ops::exp}, {"sigmoid", ops::sigmoid}, {"silu", ops::silu}, {"tanh", ops::tanh},
+      {"square", ops::square}, {"neg", ops::neg}};
+  for (auto& [name, fn] : fns) {
+    Tensor x = leaf({3, 5}, 11);
+    EXPECT_LT(gradcheck([fn = fn](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in[0])}; }, {x}, 1e-6, 1e-6, name), 1e-6) << name;
+  }
+  Tensor pos = leaf({4, 4}, 12, 0.5, 3.0);
+  EXPECT_LT(gradcheck([](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::log(in[0])}; }, {pos}), 1e-6);
+  EXPECT_LT(gradcheck([](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::sqrt(in[0])}; }, {pos}), 1e-6);
+  for (bool approx : {false, true}) {
+    Tensor x = leaf({3, 7}, 13, -3, 3);
+    EXPECT_LT(gradcheck([approx](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::gelu(in[0], approx)}; }, {x}), 1e-6);
+  }
+  Tensor g = leaf({2, 6}, 14, -3, 3), u = leaf({2, 6}, 15);
+  EXPECT_LT(gradcheck([](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::swiglu(in[0], in[1])}; }, {g, u}), 1e-6);
+}
+
+TEST(OpsElementwise, ActivationForwardReference) {
+  Tensor x = Tensor::from_vector(std::vector<double>{-2.0, -0.5, 0.0, 0.7, 3.0}, {5});
+  auto gelu = ops::gelu(x, false).to_double_vector();
+  auto gelu_t = ops::gelu(x, true).to_double_vector();
+  auto silu = ops::silu(x).to_double_vector();
+  for (int i = 0; i < 5; ++i) {
+    double v = x.at({i});
+    EXPECT_NEAR(gelu[i], 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), 1e-12);
+    EXPECT_NEAR(gelu_t[i], 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))), 1e-12);
+    EXPECT_NEAR(silu[i], v / (1 + std::exp(-v)), 1e-12);
+  }
+}
+
+TEST(OpsElementwise, Bf16ComputesInFp32AndRoundsOnce) {
+  // bf16 inputs: the result equals the fp32 result rounded to bf16 (relative error <= 2^-8).
+  Tensor a32 = random_f64({64}, 21).to(DType::f32), b32 = random_f64({64}, 22).to(DType::f32);
+  Tensor a = a32.to(DType::bf16), b = b32.to(DType::bf16);
+  auto got = ops::mul(a, b).to_float_vector();
+  auto af = a.to_float_vector(), bf = b.to_float_vector();
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(got[i], round_to_bf16(af[i] * bf[i]));
+  auto s = ops::silu(a).to_float_vector();
+  for (int i = 0; i < 64; ++i) EXPECT_NEAR(s[i], af[i] / (1 + std::exp(-af[i])), std::abs(s[i]) * 0.0079 + 1e-6);
+}
+
+TEST(OpsElementwise, CastRoundTripsGradToInputDtype) {
+  Tensor x = Tensor::from_vector(std::vector<float>{1.5f, -2.25f}, {2});
+  x.set_requires_grad(true);
+  Tensor y = ops::cast(x, DType::f64);
+  EXPECT_EQ(y.dtype(), DType::f64);
+  autograd::backward(ops::sum(ops::scale(y, 3.0)));
+  EXPECT_EQ(x.grad().dtype(), DType::f32);
+  EXPECT_EQ(x.grad().to_float_vector(), (std::vector<float>{3.f, 3.f}));
+}
