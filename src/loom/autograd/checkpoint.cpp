@@ -19,8 +19,17 @@ struct Frame {
   std::vector<Tensor> regenerated;   // by save index: tensors from the recompute
 };
 
+// What a SavedTensor holds for a checkpointed save. When the node that saved it is done with it
+// (its saved tensors are released after its backward ran), the regenerated tensor goes too.
 struct Handle {
   int64_t index;
+  std::weak_ptr<Frame> frame;
+  ~Handle() {
+    if (auto f = frame.lock()) {
+      if (index < static_cast<int64_t>(f->regenerated.size())) f->regenerated[index] = Tensor();
+      if (index < static_cast<int64_t>(f->kept.size())) f->kept[index] = Tensor();
+    }
+  }
 };
 
 // Hooks active while fn runs the first time: drop (or keep) each saved tensor, hand out indices.
@@ -34,7 +43,10 @@ class ForwardHooks : public SavedTensorHooks {
       frame_->kept.resize(index + 1);
       frame_->kept[index] = t;
     }
-    return std::make_shared<Handle>(Handle{index});
+    auto handle = std::make_shared<Handle>();
+    handle->index = index;
+    handle->frame = frame_;
+    return handle;
   }
 
   Tensor unpack(const std::shared_ptr<void>& packed) override {
@@ -42,14 +54,10 @@ class ForwardHooks : public SavedTensorHooks {
     if (index < static_cast<int64_t>(frame_->kept.size()) && frame_->kept[index].defined())
       return frame_->kept[index];
     if (!frame_->recomputed) recompute();
-    LOOM_CHECK(index < static_cast<int64_t>(frame_->regenerated.size()) &&
-                   frame_->regenerated[index].defined(),
-               AutogradError, "checkpoint: saved tensor ", index,
-               " was already used by backward; backward twice through a checkpointed region "
-               "needs retain_graph=true on the first call");
-    Tensor t = std::move(frame_->regenerated[index]);
-    frame_->regenerated[index] = Tensor();
-    return t;
+    LOOM_ASSERT(index < static_cast<int64_t>(frame_->regenerated.size()) &&
+                    frame_->regenerated[index].defined(),
+                "checkpoint: regenerated tensor ", index, " missing");
+    return frame_->regenerated[index];
   }
 
  private:
@@ -99,8 +107,7 @@ void ForwardHooks::recompute() {
              "saved ", f.num_saved, "; the checkpointed function must be deterministic in its "
              "control flow");
   f.recomputed = true;
-  f.kept.clear();
-  f.inputs.clear();
+  f.inputs.clear();  // the recompute is done once; the regenerated tensors replace the inputs
 }
 
 }  // namespace

@@ -68,7 +68,6 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
     while (!stack.empty()) {
       Node* n = stack.back();
       stack.pop_back();
-      if (capture && capture->count(n)) continue;  // grads stop at captured nodes
       for (const Edge& e : n->next_edges) {
         if (!e.node) continue;
         ++deps[e.node.get()];
@@ -94,11 +93,10 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
       if (auto meta = weak_meta.lock(); meta && idx < inputs.size() && inputs[idx].defined())
         meta->grad = inputs[idx].clone();
     if (capture) {
+      // grad(): record what arrives at the requested tensors; never touch any leaf's .grad().
       auto it = capture->find(node);
-      if (it != capture->end()) {
-        it->second = std::move(inputs);
-        continue;
-      }
+      if (it != capture->end()) it->second = inputs;
+      if (dynamic_cast<AccumulateGrad*>(node)) continue;
     }
     std::vector<Tensor> outputs = node->apply(std::move(inputs));
     if (!retain_graph) node->release_saved();

@@ -12,6 +12,12 @@ using autograd::BackwardContext;
 using autograd::record;
 using Grads = std::vector<Tensor>;
 
+namespace {
+DType wgrad_dtype(DType weight) {
+  return weight == DType::bf16 || weight == DType::f16 ? DType::f32 : weight;
+}
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   LOOM_CHECK(w.dim() == 2, ShapeError, "linear: weight must be 2-D [out, in], got ", w.shape().str());
   LOOM_CHECK(x.dim() >= 1 && x.shape()[x.dim() - 1] == w.shape()[1], ShapeError,
@@ -41,7 +47,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
            Grads r(3);
            Tensor g2 = g[0].reshape({M, N});
            if (ctx.needs_input_grad(0)) r[0] = k::matmul_2d(g2, false, ctx.saved(1), false).view(in_shape);
-           if (ctx.needs_input_grad(1)) r[1] = k::matmul_2d(g2, true, ctx.saved(0), false);
+           // bf16/f16 weights: the weight grad stays in fp32 (gradient-accumulation fusion), so
+           // the main grad never sees a bf16-rounded wgrad.
+           if (ctx.needs_input_grad(1))
+             r[1] = k::matmul_2d(g2, true, ctx.saved(0), false, wgrad_dtype(ctx.saved(1).dtype()));
            if (has_bias && ctx.needs_input_grad(2)) r[2] = k::sum(g2, {0}, false);
            return r;
          });

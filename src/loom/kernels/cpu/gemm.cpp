@@ -65,7 +65,9 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& 
   check_gemm(a, trans_a, b, trans_b, m, n, k, "gemm");
   LOOM_CHECK(c.dim() == 2 && c.shape()[0] == m && c.shape()[1] == n, ShapeError,
              "gemm: output has shape ", c.shape().str(), ", expected [", m, ", ", n, "]");
-  check_same_dtype(a, c, "gemm");
+  LOOM_CHECK(c.dtype() == a.dtype() || (c.dtype() == DType::f32 && a.dtype() != DType::f64),
+             DTypeError, "gemm: output dtype ", dtype_name(c.dtype()), " cannot hold a product of ",
+             dtype_name(a.dtype()), " operands (use the same dtype, or float32 for bf16/f16)");
   if (m == 0 || n == 0) return;
   const DType compute = a.dtype() == DType::f64 ? DType::f64 : DType::f32;
   const bool direct = c.dtype() == compute && c.strides()[1] == 1 &&
@@ -77,10 +79,11 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& 
   if (!direct) c.copy_(cc);
 }
 
-Tensor matmul_2d(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b) {
+Tensor matmul_2d(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                 std::optional<DType> out_dtype) {
   int64_t m, n, k;
   check_gemm(a, trans_a, b, trans_b, m, n, k, "matmul");
-  Tensor c = Tensor::empty({m, n}, a.dtype());
+  Tensor c = Tensor::empty({m, n}, out_dtype.value_or(a.dtype()));
   gemm(a, trans_a, b, trans_b, c, 1.0, 0.0);
   return c;
 }
