@@ -1,0 +1,360 @@
+#include "loom/optim/lr_scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <numbers>
+#include <optional>
+
+#include "loom/core/error.h"
+#include "loom/core/log.h"
+#include "loom/optim/option_reader.h"
+
+namespace loom::optim {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr double kPi = std::numbers::pi;
+
+// Every schedule is a float32 function of the step plus its resolved parameters.
+class FunctionLrScheduler : public LrScheduler {
+ public:
+  FunctionLrScheduler(std::string type, json state, std::function<float(float)> fn)
+      : type_(std::move(type)), state_(std::move(state)), fn_(std::move(fn)) {}
+  double lr_at(int64_t step) const override { return fn_(static_cast<float>(step)); }
+  std::string type() const override { return type_; }
+  json state() const override { return state_; }
+
+ private:
+  std::string type_;
+  json state_;
+  std::function<float(float)> fn_;
+};
+
+float f32(double x) { return static_cast<float>(x); }
+
+// The shared warmup line, in the reference's op order: L0 + (L - L0) * (t / W).
+float warmup_lr(float t, float w, double lr, double lr_init) {
+  const float percent = t / w;
+  return f32(lr_init) + f32(lr - lr_init) * percent;
+}
+
+// The reference's `_get_lr_steps`: a ratio of total_steps wins over an absolute step count.
+// Unlike the reference (TypeError on None), a missing required count is a ConfigError that
+// says which keys to set.
+int64_t lr_steps(OptionReader& r, const std::string& type, const std::string& steps_key,
+                 const std::string& ratio_key, int64_t total, std::optional<int64_t> fallback) {
+  const std::optional<double> ratio = r.optional_number(ratio_key);
+  const std::optional<int64_t> steps = r.optional_integer(steps_key);
+  if (ratio) {
+    LOOM_CHECK(*ratio >= 0.0 && *ratio <= 1.0, ConfigError, r.path(ratio_key), " must be in [0, 1], got ",
+               *ratio);
+    if (steps)
+      log::warn(r.path(ratio_key), " and ", r.path(steps_key), " are both set; ", ratio_key, " = ",
+                *ratio, " wins and ", steps_key, " = ", *steps, " is ignored (set only one)");
+    return static_cast<int64_t>(static_cast<double>(total) * *ratio);
+  }
+  if (steps) {
+    LOOM_CHECK(*steps >= 0, ConfigError, r.path(steps_key), " must be >= 0, got ", *steps);
+    return *steps;
+  }
+  LOOM_CHECK(fallback.has_value(), ConfigError, type, " needs ", r.path(steps_key), " or ",
+             r.path(ratio_key), ": set ", steps_key, " (an integer >= 0) or ", ratio_key,
+             " (a fraction of training.steps in [0, 1])");
+  return *fallback;
+}
+
+struct Common {
+  double lr;        // learning_rate
+  double lr_init;   // warmup_lr_init
+  int64_t warmup;   // W
+  int64_t total;    // T
+};
+
+Common read_common(OptionReader& r, const std::string& type, int64_t total,
+                   std::optional<int64_t> warmup_default) {
+  Common c;
+  c.lr = r.number("learning_rate", 1e-5);
+  LOOM_CHECK(c.lr >= 0.0, ConfigError, r.path("learning_rate"), " must be >= 0, got ", c.lr);
+  c.lr_init = r.number("warmup_lr_init", 0.0);
+  c.warmup = lr_steps(r, type, "warmup_steps", "warmup_ratio", total, warmup_default);
+  c.total = total;
+  return c;
+}
+
+json common_state(const std::string& type, const Common& c) {
+  return json{{"type", type}, {"learning_rate", c.lr}, {"warmup_lr_init", c.lr_init},
+              {"warmup_steps", c.warmup}, {"total_steps", c.total}};
+}
+
+void require_above_end(OptionReader& r, double lr, double lr_end, const char* end_key) {
+  LOOM_CHECK(lr > lr_end, ConfigError, r.path(end_key), " (", lr_end,
+             ") must be smaller than lr_scheduler.learning_rate (", lr, ")");
+}
+
+using Builder = std::unique_ptr<LrScheduler> (*)(OptionReader&, const std::string&, int64_t);
+
+std::unique_ptr<LrScheduler> make(const std::string& type, json state, std::function<float(float)> fn) {
+  return std::make_unique<FunctionLrScheduler>(type, std::move(state), std::move(fn));
+}
+
+std::unique_ptr<LrScheduler> constant_warmup(OptionReader& r, const std::string& type, int64_t total) {
+  const Common c = read_common(r, type, total, std::nullopt);
+  const float w = f32(c.warmup);
+  return make(type, common_state(type, c), [c, w](float t) {
+    return w > t ? warmup_lr(t, w, c.lr, c.lr_init) : f32(c.lr);
+  });
+}
+
+std::unique_ptr<LrScheduler> linear_warmup(OptionReader& r, const std::string& type, int64_t total) {
+  const Common c = read_common(r, type, total, std::nullopt);
+  const float w = f32(c.warmup), tt = f32(c.total);
+  const float linear_steps = f32(std::max<int64_t>(1, c.total - c.warmup));
+  return make(type, common_state(type, c), [=](float t) {
+    if (w > t) return warmup_lr(t, w, c.lr, c.lr_init);
+    return f32(c.lr) * std::max(0.f, (tt - t) / linear_steps);
+  });
+}
+
+std::unique_ptr<LrScheduler> cosine_warmup(OptionReader& r, const std::string& type, int64_t total) {
+  const Common c = read_common(r, type, total, 0);
+  const double cycles = r.number("num_cycles", 0.5);
+  const double lr_end = r.number("lr_end", 0.0);
+  const std::optional<double> decay_ratio = r.optional_number("decay_ratio");
+  const std::optional<int64_t> decay_steps = r.optional_integer("decay_steps");
+  int64_t d;
+  if (decay_ratio && *decay_ratio != 0.0) {  // the reference tests `if decay_ratio`
+    LOOM_CHECK(*decay_ratio > 0.0, ConfigError, r.path("decay_ratio"), " must be > 0, got ", *decay_ratio);
+    d = static_cast<int64_t>(static_cast<double>(total) * *decay_ratio);
+  } else {
+    d = std::max<int64_t>(1, decay_steps ? *decay_steps : total);
+  }
+  json state = common_state(type, c);
+  state["num_cycles"] = cycles;
+  state["lr_end"] = lr_end;
+  state["decay_steps"] = d;
+  const float w = f32(c.warmup), decay = f32(d), e = f32(lr_end);
+  const float cosine_steps = f32(std::max<int64_t>(1, c.total - c.warmup));
+  const float angle = f32(kPi * cycles * 2.0);
+  return make(type, std::move(state), [=](float t) {
+    // The decay cut-off is checked first: from step D on the rate is lr_end.
+    if (t >= decay) return e;
+    if (w > t) return warmup_lr(t, w, c.lr, c.lr_init);
+    const float progress = (t - w) / cosine_steps;
+    const float percent = std::max(0.f, 0.5f * (1.f + std::cos(angle * progress)));
+    return e + (f32(c.lr) - e) * percent;
+  });
+}
+
+std::unique_ptr<LrScheduler> cosine_restarts(OptionReader& r, const std::string& type, int64_t total) {
+  const Common c = read_common(r, type, total, std::nullopt);
+  const double cycles = r.number("num_cycles", 1.0);
+  const double lr_end = r.number("lr_end", 0.0);
+  const std::optional<int64_t> decay_steps = r.optional_integer("decay_steps");
+  const int64_t d = std::max<int64_t>(1, decay_steps && *decay_steps != 0 ? *decay_steps : total);
+  json state = common_state(type, c);
+  state["num_cycles"] = cycles;
+  state["lr_end"] = lr_end;
+  state["decay_steps"] = d;
+  const float w = f32(c.warmup), decay = f32(d), e = f32(lr_end), nc = f32(cycles), pi = f32(kPi);
+  const float cosine_steps = f32(std::max<int64_t>(1, c.total - c.warmup));
+  return make(type, std::move(state), [=](float t) {
+    if (t >= decay) return e;
+    if (w > t) return warmup_lr(t, w, c.lr, c.lr_init);
+    const float progress = (t - w) / cosine_steps;
+    // QUIRK fixed: past the last cycle the reference returns 0, not lr_end.
+    if (!(1.f > progress)) return e;
+    const float percent = std::max(0.f, 0.5f * (1.f + std::cos(pi * std::fmod(nc * progress, 1.f))));
+    return e + (f32(c.lr) - e) * percent;
+  });
+}
+
+std::unique_ptr<LrScheduler> polynomial_warmup(OptionReader& r, const std::string& type, int64_t total) {
+  const Common c = read_common(r, type, total, std::nullopt);
+  const double lr_end = r.number("lr_end", 1e-7);
+  const double power = r.number("power", 1.0);
+  const std::optional<int64_t> decay_steps = r.optional_integer("decay_steps");
+  require_above_end(r, c.lr, lr_end, "lr_end");
+  const int64_t d = std::max<int64_t>(1, decay_steps && *decay_steps != 0 ? *decay_steps : total - c.warmup);
+  json state = common_state(type, c);
+  state["lr_end"] = lr_end;
+  state["power"] = power;
+  state["decay_steps"] = d;
+  const float w = f32(c.warmup), tt = f32(c.total), decay = f32(d), e = f32(lr_end), pw = f32(power);
+  return make(type, std::move(state), [=](float t) {
+    if (w > t) return warmup_lr(t, w, c.lr, c.lr_init);
+    if (t > tt) return e;
+    // Clamped at 0 (deliberate): with decay_steps < T - W the reference goes below lr_end, to
+    // negative rates, or NaN for a fractional power.
+    const float remaining = std::max(0.f, 1.f - (t - w) / decay);
+    return (f32(c.lr) - e) * std::pow(remaining, pw) + e;
+  });
+}
+
+std::unique_ptr<LrScheduler> warmup_stable_decay(OptionReader& r, const std::string& type, int64_t total) {
+  const Common c = read_common(r, type, total, std::nullopt);
+  const double lr_end = r.number("lr_end", 1e-7);
+  require_above_end(r, c.lr, lr_end, "lr_end");
+  const int64_t start = lr_steps(r, type, "decay_start_steps", "decay_start_ratio", total, std::nullopt);
+  json state = common_state(type, c);
+  state["lr_end"] = lr_end;
+  state["decay_start_steps"] = start;
+  const float w = f32(c.warmup), s = f32(start), tt = f32(c.total), e = f32(lr_end);
+  const float decay_len = f32(std::max<int64_t>(1, c.total - start));  // guards S == T
+  return make(type, std::move(state), [=](float t) {
+    if (w > t) return warmup_lr(t, w, c.lr, c.lr_init);
+    // QUIRK fixed: the reference's stable branch is L·t/t, NaN at t = 0 without warmup.
+    if (t < s) return f32(c.lr);
+    if (t >= tt) return e;  // deliberate: no extrapolation below lr_end past the last step
+    return f32(c.lr) - f32(c.lr - lr_end) * ((t - s) / decay_len);
+  });
+}
+
+double base_lr(OptionReader& r, const std::string& type) {
+  // These schedulers name their rate base_lr; learning_rate (which the config always carries)
+  // does not apply to them.
+  r.mark_read("learning_rate");
+  const std::optional<double> base = r.optional_number("base_lr");
+  LOOM_CHECK(base.has_value(), ConfigError, type, " needs lr_scheduler.base_lr (this scheduler "
+             "names its rate base_lr, not learning_rate)");
+  return *base;
+}
+
+std::unique_ptr<LrScheduler> cosine_annealing(OptionReader& r, const std::string& type, int64_t) {
+  const double base = base_lr(r, type);
+  const std::optional<int64_t> t_max = r.optional_integer("t_max");
+  LOOM_CHECK(t_max && *t_max >= 1, ConfigError, type, " needs lr_scheduler.t_max, a positive integer "
+             "(steps of half a cosine period)", t_max ? ", got " + std::to_string(*t_max) : "");
+  const double eta_min = r.number("eta_min", 0.0);
+  json state{{"type", type}, {"base_lr", base}, {"t_max", *t_max}, {"eta_min", eta_min}};
+  const float tm = f32(*t_max), pi = f32(kPi);
+  return make(type, std::move(state), [=](float t) {
+    const float percent = std::max(0.f, 0.5f * (1.f + std::cos(pi * t / tm)));
+    return f32(eta_min) + f32(base - eta_min) * percent;
+  });
+}
+
+std::unique_ptr<LrScheduler> cosine_annealing_restarts(OptionReader& r, const std::string& type, int64_t) {
+  const double base = base_lr(r, type);
+  const std::optional<int64_t> t0 = r.optional_integer("t_0");
+  LOOM_CHECK(t0 && *t0 >= 1, ConfigError, type, " needs lr_scheduler.t_0, a positive integer",
+             t0 ? ", got " + std::to_string(*t0) : "");
+  const int64_t t_mult = r.integer("t_mult", 1);
+  LOOM_CHECK(t_mult >= 1, ConfigError, r.path("t_mult"), " must be an integer >= 1, got ", t_mult);
+  const double eta_min = r.number("eta_min", 0.0);
+  json state{{"type", type}, {"base_lr", base}, {"t_0", *t0}, {"t_mult", t_mult}, {"eta_min", eta_min}};
+  const float t0f = f32(*t0), m = f32(t_mult), pi = f32(kPi), log_m = f32(std::log(static_cast<double>(t_mult)));
+  return make(type, std::move(state), [=](float t) {
+    float t_cur, t_i = t0f;
+    if (t < t0f) {
+      t_cur = t;
+    } else if (t_mult == 1) {
+      t_cur = t - std::floor(t / t0f) * t0f;
+    } else {
+      const float index = std::floor(std::log(t / t0f * (m - 1.f) + 1.f) / log_m);
+      const float q = std::pow(m, index);
+      t_cur = t - t0f * (1.f - q) / (1.f - m);
+      t_i = t0f * q;
+    }
+    const float percent = std::max(0.f, 0.5f * (1.f + std::cos(pi * t_cur / t_i)));
+    return f32(eta_min) + f32(base - eta_min) * percent;
+  });
+}
+
+std::unique_ptr<LrScheduler> constant_cooldown(OptionReader& r, const std::string& type, int64_t total) {
+  const Common c = read_common(r, type, total, std::nullopt);
+  const int64_t keep = r.integer("keep_steps", 0);
+  const int64_t decay = lr_steps(r, type, "decay_steps", "decay_ratio", total, std::nullopt);
+  const double cycles = r.number("num_cycles", 0.5);
+  const double end1 = r.number("lr_end1", 0.0);
+  const int64_t final_steps = r.integer("final_steps", 0);
+  const double end2 = r.number("lr_end2", end1);
+  LOOM_CHECK(keep >= 0 && final_steps >= 0, ConfigError, r.path(keep < 0 ? "keep_steps" : "final_steps"),
+             " must be >= 0");
+  json state = common_state(type, c);
+  state["keep_steps"] = keep;
+  state["decay_steps"] = decay;
+  state["num_cycles"] = cycles;
+  state["lr_end1"] = end1;
+  state["final_steps"] = final_steps;
+  state["lr_end2"] = end2;
+  const float w = f32(c.warmup), k = f32(keep), d = f32(decay), fin = f32(final_steps);
+  const float e1 = f32(end1), e2 = f32(end2), angle = f32(2.0 * kPi * cycles);
+  return make(type, std::move(state), [=](float t) {
+    if (w > t) return warmup_lr(t, w, c.lr, c.lr_init);
+    if (t < w + k) return f32(c.lr);
+    if (t < w + k + d) {
+      const float progress = (t - k - w) / d;
+      return e1 + (f32(c.lr) - e1) * std::max(0.f, 0.5f * (1.f + std::cos(angle * progress)));
+    }
+    if (t < w + k + d + fin) return e1;
+    return e2;
+  });
+}
+
+struct Entry {
+  const char* type;
+  const char* alias;
+  Builder build;
+};
+
+const Entry kEntries[] = {
+    {"ConstantWarmUpLR", "constant_with_warmup", constant_warmup},
+    {"LinearWithWarmUpLR", "linear", linear_warmup},
+    {"CosineWithWarmUpLR", "cosine", cosine_warmup},
+    {"CosineWithRestartsAndWarmUpLR", "cosine_with_restarts", cosine_restarts},
+    {"PolynomialWithWarmUpLR", "polynomial", polynomial_warmup},
+    {"WarmUpStableDecayLR", nullptr, warmup_stable_decay},
+    {"CosineAnnealingLR", "cosine_annealing", cosine_annealing},
+    {"CosineAnnealingWarmRestarts", "cosine_annealing_warm_restarts", cosine_annealing_restarts},
+    {"ConstantWithCoolDownLR", nullptr, constant_cooldown},
+};
+
+}  // namespace
+
+std::vector<std::string> lr_scheduler_types() {
+  std::vector<std::string> out;
+  for (const Entry& e : kEntries) out.push_back(e.type);
+  return out;
+}
+
+std::unique_ptr<LrScheduler> build_lr_scheduler(const json& section, int64_t total_steps) {
+  OptionReader r(section, "lr_scheduler");
+  const std::string requested = r.string("type", "");
+  LOOM_CHECK(!requested.empty(), ConfigError, "lr_scheduler.type is required; one of ",
+             join_names(lr_scheduler_types()));
+  const Entry* entry = nullptr;
+  for (const Entry& e : kEntries)
+    if (requested == e.type || (e.alias && requested == e.alias)) entry = &e;
+  LOOM_CHECK(entry != nullptr, ConfigError, "lr_scheduler.type '", requested,
+             "' is not a known scheduler; use one of ", join_names(lr_scheduler_types()),
+             " (or the aliases constant_with_warmup, linear, cosine, cosine_with_restarts, "
+             "polynomial, cosine_annealing, cosine_annealing_warm_restarts)");
+  LOOM_CHECK(!r.has("total_steps"), ConfigError, "lr_scheduler.total_steps must not be set: Loom "
+             "fills it from training.steps (", total_steps, "); remove it and set training.steps");
+  LOOM_CHECK(total_steps >= 0, ConfigError, "training.steps must be >= 0, got ", total_steps);
+  std::unique_ptr<LrScheduler> scheduler = entry->build(r, entry->type, total_steps);
+  r.warn_unread(entry->type, "the keyword arguments of " + std::string(entry->type) +
+                                 " in docs/optimizers.md");
+  return scheduler;
+}
+
+std::vector<std::string> LrScheduler::load_state(const json& saved) const {
+  const json now = state();
+  std::vector<std::string> changed;
+  for (auto it = now.begin(); it != now.end(); ++it) {
+    auto s = saved.find(it.key());
+    if (s == saved.end() || *s != *it) changed.push_back(it.key());
+  }
+  for (auto it = saved.begin(); it != saved.end(); ++it)
+    if (!now.contains(it.key())) changed.push_back(it.key());
+  if (!changed.empty())
+    log::warn("lr_scheduler: the checkpoint was trained with a different schedule (", saved.dump(),
+              "); continuing with ", now.dump(), " (changed: ", join_names(changed), ")");
+  return changed;
+}
+
+}  // namespace loom::optim

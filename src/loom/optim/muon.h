@@ -1,0 +1,91 @@
+// Muon (semantics §2.2, spec training_hyperparameters.md §1.2): momentum (+ Nesterov), bf16
+// Newton–Schulz orthogonalisation per piece of the model's split schema, update scaled by
+// lr·sqrt(max(a, b))·matched_adamw_rms, decoupled weight decay, an AdamW fallback for
+// embeddings/output layer/1-D parameters, and QK-clip on the MLA up-projections.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "loom/optim/muon_split.h"
+#include "loom/optim/newton_schulz.h"
+#include "loom/optim/optimizer.h"
+#include "loom/optim/param_groups.h"
+#include "loom/optim/qk_clip.h"
+
+namespace loom::optim {
+
+struct MuonOptions {
+  double learning_rate = 2e-2;  // used only when no LR scheduler is attached
+  double weight_decay = 0.1;
+  double matched_adamw_rms = 0.2;
+  double momentum = 0.95;
+  double eps = 1e-7;            // Frobenius normalisation before Newton–Schulz
+  bool nesterov = true;
+  int64_t ns_steps = 5;
+  NsSchedule ns_schedule = NsSchedule(5, NsCoefficients{3.4445f, -4.7750f, 2.0315f});
+  std::array<double, 2> adamw_betas{0.95, 0.95};
+  double adamw_eps = 1e-8;
+  bool qk_clip_enabled = true;
+  double qk_clip_threshold = 100.0;
+  // "allgather" | "allgather_deredundency": how sharded weights are gathered for Newton–Schulz
+  // in multi-process runs (stored here; used by the distributed layer).
+  std::string comm_strategy = "allgather";
+  bool use_fused_adamw = false;  // accepted; the fallback AdamW is always the fused kernel
+  // Parameters matching these rules (exact, substring or glob) use AdamW instead of Muon.
+  std::vector<std::string> adamw_include{"*word_embeddings*", "*output_layer*"};
+  std::vector<std::string> weight_decay_include;
+  std::vector<std::string> weight_decay_exclude;
+  bool swap = false;  // `swap: true` is rejected ("Muon does not support swap.")
+
+  // Parses the `optimizer:` section (type Muon); ConfigError naming optimizer.<key>.
+  static MuonOptions from_json(const nlohmann::ordered_json& section);
+  void validate() const;
+};
+
+// What Muon needs to know about the model (the reference's `model=` argument).
+struct MuonModelInfo {
+  bool multi_latent_attention = false;
+  bool legacy = false;
+  MlaDims mla;
+  // Split schema; defaults to MuonSplitSchema::standard(mla).
+  std::optional<MuonSplitSchema> schema;
+};
+
+class Muon : public Optimizer {
+ public:
+  // Construction errors of spec §1.2, word for word (ValueError): "Muon does not support swap."
+  // (options.swap or `swap`), "Model must be provided for Muon optimizer." (no model),
+  // "Muon does not support Legacy Model.", "Current Muon implementation only supports models
+  // with Multi-Latent Attention enabled."
+  // `model_rules`: the model's own no-decay names/keywords (include/exclude come from options).
+  Muon(const NamedParams& params, const MuonOptions& options,
+       const std::optional<MuonModelInfo>& model, bool swap = false,
+       const WeightDecayRules& model_rules = {});
+  std::string type() const override { return "Muon"; }
+  const MuonOptions& options() const { return options_; }
+  const std::string& comm_strategy() const { return options_.comm_strategy; }
+  UpdateRule rule_of(const std::string& name) const;
+
+  // Per-head max logits of this step, consumed by the next step() (when QK-clip is enabled).
+  void set_qk_clip_inputs(std::vector<QkClipLayer> layers) { qk_inputs_ = std::move(layers); }
+  const QkClipResult& last_qk_clip() const { return last_qk_clip_; }
+
+ protected:
+  void apply_update(double lr, int64_t t) override;
+
+ private:
+  void muon_step(ParamState& s, const Tensor& grad, double lr);
+
+  MuonOptions options_;
+  MlaDims mla_;
+  MuonSplitSchema schema_;
+  std::vector<QkClipLayer> qk_inputs_;
+  QkClipResult last_qk_clip_;
+};
+
+}  // namespace loom::optim

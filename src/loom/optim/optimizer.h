@@ -1,0 +1,103 @@
+// The optimizer base: per-parameter state with fp32 master weights, the step counter, the
+// learning-rate source and checkpoint state. AdamW and Muon implement apply_update().
+//
+// Master weights (spec training_hyperparameters.md §1): every bf16/f16 parameter gets an fp32
+// master copy (`main_param.<name>`); fp32 parameters are updated in place. Updates run on the
+// masters and are copied back to the model parameters with round-to-nearest-even.
+// Persistent state lives in flat per-role fp32 buffers (masters, adam_m, adam_v, muon_m); the
+// per-parameter tensors are views into them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/optim/lr_scheduler.h"
+#include "loom/optim/named_param.h"
+
+namespace loom::optim {
+
+enum class UpdateRule : uint8_t { adamw, muon };
+
+struct ParamState {
+  std::string name;
+  Tensor param;        // the model's tensor: float32, bfloat16 or float16
+  Tensor master;       // fp32; the param itself when it is fp32
+  double weight_decay = 0.0;
+  UpdateRule rule = UpdateRule::adamw;
+  Tensor exp_avg;      // adam_m (adamw rule)
+  Tensor exp_avg_sq;   // adam_v (adamw rule)
+  Tensor momentum;     // muon_m (muon rule)
+  bool has_own_master() const { return param.dtype() != DType::f32; }
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  virtual std::string type() const = 0;
+
+  // One update with lr = schedule(global_step) (the value before the increment, so the first
+  // update uses lr(0)); increments global_step; returns the lr used.
+  double step();
+  // Same with an explicit learning rate (custom loops, tests).
+  double step_with_lr(double lr);
+
+  // Without a scheduler the constant `learning_rate` of the optimizer options is used.
+  void set_lr_scheduler(std::shared_ptr<const LrScheduler> scheduler);
+  const std::shared_ptr<const LrScheduler>& lr_scheduler() const { return scheduler_; }
+  double lr_at(int64_t step) const;
+
+  int64_t global_step() const { return global_step_; }
+  void set_global_step(int64_t step);
+
+  const std::vector<ParamState>& param_states() const { return params_; }
+  // The optimised parameters (for clip_grad_norm and zeroing grads).
+  NamedParams named_params() const;
+  // Fills every defined grad with zeros (keeps the main-grad buffers).
+  void zero_grad();
+
+  // Checkpoint state: main_param.<p> (bf16/f16 params only), adam_m.<p>, adam_v.<p>, muon_m.<p>
+  // and global_step (int64, 0-d). The tensors are views of the live state.
+  std::map<std::string, Tensor> state_dict() const;
+  // Copies every entry of state_dict() from `state` (CheckpointError naming the entry when one
+  // is missing or mis-shaped), then refreshes the model parameters from the loaded masters.
+  // Unknown entries are warned about and ignored.
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+  // Masters <- model params (the reference's path when a checkpoint is loaded without optimizer
+  // state, `no_load_optim`).
+  void refresh_masters_from_params();
+
+ protected:
+  explicit Optimizer(double learning_rate) : learning_rate_(learning_rate) {}
+
+  // Registers a parameter (checks its dtype); state is allocated by allocate_state().
+  void add_param(const NamedParam& p, double weight_decay, UpdateRule rule);
+  void allocate_state();
+  // One update of every parameter with a grad, at `lr` with t = global_step after increment.
+  virtual void apply_update(double lr, int64_t t) = 0;
+
+  // AdamW on one parameter (the fused kernel, including the master -> param copy).
+  void adamw_step(ParamState& s, const Tensor& grad, double lr, double beta1, double beta2,
+                  double eps, int64_t t);
+  // The fp32 contiguous grad of a parameter, or an undefined tensor when it has none.
+  static Tensor fp32_grad(const ParamState& s);
+  static void copy_master_to_param(const ParamState& s);
+
+  std::vector<ParamState> params_;
+
+ private:
+  std::shared_ptr<const LrScheduler> scheduler_;
+  double learning_rate_;
+  int64_t global_step_ = 0;
+  Tensor flat_masters_, flat_exp_avg_, flat_exp_avg_sq_, flat_momentum_;
+};
+
+// Trainable parameters only (requires_grad); `*max_logits_val*` buffers are never optimised.
+NamedParams trainable_params(const NamedParams& params);
+
+}  // namespace loom::optim

@@ -1,0 +1,86 @@
+#include "loom/optim/qk_clip.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "loom/core/error.h"
+
+namespace loom::optim {
+
+namespace {
+
+// Scales rows [row0, row0 + count) of a row-major fp32 matrix.
+void scale_rows(float* w, int64_t cols, int64_t row0, int64_t count, float factor) {
+  for (int64_t r = row0; r < row0 + count; ++r)
+    for (int64_t c = 0; c < cols; ++c) w[r * cols + c] *= factor;
+}
+
+// Per head: `first` rows scaled by first_scale[h], then `second` rows by second_scale[h].
+void scale_head_rows(const Tensor& master, const std::string& name, int64_t heads, int64_t first,
+                     int64_t second, const std::vector<float>& first_scale,
+                     const std::vector<float>* second_scale) {
+  LOOM_CHECK(master.dtype() == DType::f32 && master.dim() == 2 && master.is_contiguous(),
+             ShapeError, "QK-clip: '", name, "' must be a contiguous 2-D fp32 master, got ",
+             master.shape().str(), " ", dtype_name(master.dtype()));
+  const int64_t rows = master.size(0), cols = master.size(1);
+  LOOM_CHECK(rows == heads * (first + second), ShapeError, "QK-clip: '", name, "' has ", rows,
+             " rows but ", heads, " heads of ", first, " + ", second,
+             " rows were expected; check the MLA head dims given to Muon");
+  float* w = master.data<float>();
+  for (int64_t h = 0; h < heads; ++h) {
+    const int64_t base = h * (first + second);
+    if (first_scale[h] != 1.f) scale_rows(w, cols, base, first, first_scale[h]);
+    if (second_scale && (*second_scale)[h] != 1.f)
+      scale_rows(w, cols, base + first, second, (*second_scale)[h]);
+  }
+}
+
+}  // namespace
+
+QkClipResult apply_qk_clip(const std::vector<QkClipLayer>& layers, float threshold,
+                           const MlaDims& dims,
+                           const std::function<Tensor(const std::string&)>& master_of) {
+  LOOM_CHECK(threshold > 0.f, ValueError, "QK-clip: threshold must be > 0, got ", threshold);
+  QkClipResult result;
+  bool any = false;
+  for (const auto& layer : layers)
+    for (float s : layer.max_logits) {
+      result.max_logit = any ? std::max(result.max_logit, s) : s;
+      any = true;
+    }
+  result.fired = any && result.max_logit >= threshold;
+  if (!result.fired) return result;
+
+  for (const auto& layer : layers) {
+    const int64_t heads = static_cast<int64_t>(layer.max_logits.size());
+    LOOM_CHECK(heads == dims.num_heads, ShapeError, "QK-clip: layer of '", layer.q_up_name,
+               "' reports ", heads, " per-head max logits but the model has ", dims.num_heads,
+               " heads");
+    std::vector<float> gamma(heads, 1.f), sqrt_gamma(heads, 1.f);
+    int64_t clipped = 0;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float s = layer.max_logits[h];
+      if (s >= threshold) {
+        gamma[h] = threshold / s;
+        sqrt_gamma[h] = std::sqrt(gamma[h]);
+        ++clipped;
+      }
+    }
+    if (clipped == 0) continue;
+    result.heads_clipped += clipped;
+    if (Tensor q = master_of(layer.q_up_name); q.defined()) {
+      scale_head_rows(q, layer.q_up_name, heads, dims.qk_nope_head_dim, dims.qk_rope_head_dim,
+                      sqrt_gamma, &gamma);
+      result.scaled.push_back(layer.q_up_name);
+    }
+    if (!layer.kv_up_name.empty())
+      if (Tensor kv = master_of(layer.kv_up_name); kv.defined()) {
+        scale_head_rows(kv, layer.kv_up_name, heads, dims.qk_nope_head_dim, dims.v_head_dim,
+                        sqrt_gamma, nullptr);
+        result.scaled.push_back(layer.kv_up_name);
+      }
+  }
+  return result;
+}
+
+}  // namespace loom::optim

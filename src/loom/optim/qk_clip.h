@@ -1,0 +1,40 @@
+// QK-clip (MuonClip, semantics §2.2): after the Muon updates, when the largest per-head
+// attention logit of the step reached the threshold τ, shrink the q and k up-projections of the
+// offending heads so their logits fall back to τ. Per head h with S_h >= τ: γ = τ / S_h;
+// q_nope rows × sqrt(γ), q_pe rows × γ (in linear_qb, or linear_q without q-LoRA), k_nope rows
+// × sqrt(γ) (in linear_kvb); v rows and the shared k_pe are untouched. fp32 math on the masters.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "loom/core/tensor.h"
+#include "loom/optim/muon_split.h"
+
+namespace loom::optim {
+
+// One attention layer's input: the running per-head max of softmax_scale·q·k over the step's
+// micro-batches (already all-reduced MAX over data/context parallel ranks), and the names of
+// its up-projections.
+struct QkClipLayer {
+  std::string q_up_name;    // "...self_attention.linear_qb.weight" (or linear_q.weight)
+  std::string kv_up_name;   // "...self_attention.linear_kvb.weight"
+  std::vector<float> max_logits;  // S_h, one per head
+};
+
+struct QkClipResult {
+  bool fired = false;         // max over all layers and heads >= τ
+  int64_t heads_clipped = 0;
+  float max_logit = 0.f;
+  std::vector<std::string> scaled;  // names of the weights that were rescaled
+};
+
+// `master_of(name)` returns the fp32 master of a parameter (undefined tensor: not optimised
+// here, skipped). Shapes are checked against `dims` (ShapeError naming the weight).
+QkClipResult apply_qk_clip(const std::vector<QkClipLayer>& layers, float threshold,
+                           const MlaDims& dims,
+                           const std::function<Tensor(const std::string&)>& master_of);
+
+}  // namespace loom::optim
