@@ -1,0 +1,43 @@
+// Linear and Embedding layers.
+#pragma once
+
+#include "loom/nn/module.h"
+
+namespace loom::nn {
+
+struct LinearOptions {
+  bool bias = false;
+  DType dtype = DType::f32;   // params_dtype
+  Init init = Init::normal(0.02);
+  Device device = Device::meta();
+};
+
+// y = x · Wᵀ (+ b), W [out, in].
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, const LinearOptions& options = {});
+  Tensor forward(const Tensor& x);
+  Parameter& weight() { return *weight_; }
+  Parameter* bias() { return bias_; }
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+
+ private:
+  int64_t in_, out_;
+  Parameter* weight_;
+  Parameter* bias_ = nullptr;
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t dim, DType dtype = DType::f32, Init init = Init::normal(0.02),
+            Device device = Device::meta());
+  // ids [...] int32/int64 → [..., dim]
+  Tensor forward(const Tensor& ids);
+  Parameter& weight() { return *weight_; }
+
+ private:
+  Parameter* weight_;
+};
+
+}  // namespace loom::nn

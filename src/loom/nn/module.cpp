@@ -1,0 +1,229 @@
+#include "loom/nn/module.h"
+
+#include <sstream>
+
+#include "loom/autograd/grad_mode.h"
+
+namespace loom::nn {
+
+namespace {
+std::string join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
+  LOOM_CHECK(name.find('.') == std::string::npos && !name.empty(), ValueError,
+             "module name '", name, "' must be non-empty and contain no '.'");
+  for (auto& [n, m] : children_)
+    LOOM_CHECK(n != name, ValueError, type_name_, ": a submodule named '", name, "' already exists");
+  children_.emplace_back(name, std::move(module));
+}
+
+Parameter& Module::register_parameter(const std::string& name, const Shape& shape, DType dtype, Init init,
+                                      Device device, std::optional<bool> weight_decay) {
+  for (auto& [n, p] : params_)
+    LOOM_CHECK(n != name, ValueError, type_name_, ": a parameter named '", name, "' already exists");
+  Parameter p;
+  p.global_shape = shape;
+  p.dtype = dtype;
+  p.init = init;
+  p.weight_decay = weight_decay.value_or(!(shape.ndim() <= 1 || ends_with(name, "bias")));
+  p.tensor = Tensor::empty(shape, dtype, device);
+  if (!device.is_meta()) {
+    autograd::NoGradGuard no_grad;
+    // Initialised later by materialize() when created on meta; here the caller fills it.
+    p.tensor.zero_();
+  }
+  p.tensor.set_requires_grad(true);
+  params_.emplace_back(name, std::move(p));
+  return params_.back().second;
+}
+
+Tensor& Module::register_buffer(const std::string& name, const Tensor& value, bool persistent) {
+  for (auto& [n, b] : buffers_)
+    LOOM_CHECK(n != name, ValueError, type_name_, ": a buffer named '", name, "' already exists");
+  buffers_.emplace_back(name, Buffer{value, persistent});
+  return buffers_.back().second.tensor;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::children() {
+  std::vector<std::pair<std::string, Module*>> out;
+  for (auto& [n, m] : children_) out.emplace_back(n, m.get());
+  return out;
+}
+
+std::vector<std::pair<std::string, Parameter*>> Module::named_parameters(const std::string& prefix) {
+  std::vector<std::pair<std::string, Parameter*>> out;
+  // Iterative pre-order walk: parameters of a module before those of its children.
+  std::vector<std::pair<std::string, Module*>> stack{{prefix, this}};
+  while (!stack.empty()) {
+    auto [path, m] = stack.back();
+    stack.pop_back();
+    for (auto& [n, p] : m->params_) out.emplace_back(join(path, n), &p);
+    for (auto it = m->children_.rbegin(); it != m->children_.rend(); ++it)
+      stack.emplace_back(join(path, it->first), it->second.get());
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules(const std::string& prefix) {
+  std::vector<std::pair<std::string, Module*>> out;
+  std::vector<std::pair<std::string, Module*>> stack{{prefix, this}};
+  while (!stack.empty()) {
+    auto [path, m] = stack.back();
+    stack.pop_back();
+    out.emplace_back(path, m);
+    for (auto it = m->children_.rbegin(); it != m->children_.rend(); ++it)
+      stack.emplace_back(join(path, it->first), it->second.get());
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor*>> Module::named_buffers(const std::string& prefix, bool persistent_only) {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  for (auto& [path, m] : named_modules(prefix))
+    for (auto& [n, b] : m->buffers_)
+      if (b.persistent || !persistent_only) out.emplace_back(join(path, n), &b.tensor);
+  return out;
+}
+
+Module* Module::find_module(const std::string& path) {
+  if (path.empty()) return this;
+  Module* m = this;
+  std::stringstream ss(path);
+  std::string part;
+  while (std::getline(ss, part, '.')) {
+    Module* next = nullptr;
+    for (auto& [n, c] : m->children_)
+      if (n == part) next = c.get();
+    if (!next) return nullptr;
+    m = next;
+  }
+  return m;
+}
+
+Parameter* Module::find_parameter(const std::string& path) {
+  auto dot = path.rfind('.');
+  Module* m = dot == std::string::npos ? this : find_module(path.substr(0, dot));
+  if (!m) return nullptr;
+  std::string leaf = dot == std::string::npos ? path : path.substr(dot + 1);
+  for (auto& [n, p] : m->params_)
+    if (n == leaf) return &p;
+  return nullptr;
+}
+
+std::map<std::string, Tensor> Module::state_dict() {
+  std::map<std::string, Tensor> out;
+  for (auto& [n, p] : named_parameters()) out[n] = p->tensor.detach();
+  for (auto& [n, b] : named_buffers()) out[n] = b->detach();
+  return out;
+}
+
+void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict, const std::string& source) {
+  std::vector<std::string> problems;
+  std::map<std::string, Tensor*> targets;
+  std::map<std::string, Shape> shapes;
+  for (auto& [n, p] : named_parameters()) {
+    targets[n] = &p->tensor;
+    shapes[n] = p->global_shape;
+  }
+  for (auto& [n, b] : named_buffers()) {
+    targets[n] = b;
+    shapes[n] = b->shape();
+  }
+  for (auto& [n, t] : targets) {
+    auto it = state.find(n);
+    if (it == state.end()) {
+      if (strict) problems.push_back("missing: " + n + " " + shapes[n].str());
+      continue;
+    }
+    if (it->second.shape() != t->shape())
+      problems.push_back("shape mismatch: " + n + " is " + it->second.shape().str() +
+                         " in the source but " + t->shape().str() + " in the model");
+  }
+  if (strict)
+    for (auto& [n, t] : state)
+      if (!targets.count(n)) problems.push_back("unexpected: " + n + " " + t.shape().str());
+  if (!problems.empty()) {
+    std::ostringstream os;
+    os << "cannot load " << source << " into the model (" << problems.size() << " problem"
+       << (problems.size() > 1 ? "s" : "") << "):";
+    for (size_t i = 0; i < problems.size() && i < 50; ++i) os << "\n  " << problems[i];
+    if (problems.size() > 50) os << "\n  ... and " << problems.size() - 50 << " more";
+    os << "\nCheck that the checkpoint was saved from the same model configuration "
+          "(model_type, sizes, num_hidden_layers, tie_word_embeddings).";
+    throw CheckpointError(os.str());
+  }
+  autograd::NoGradGuard no_grad;
+  for (auto& [n, t] : targets) {
+    auto it = state.find(n);
+    if (it == state.end()) continue;
+    if (t->is_meta()) {
+      // Loading into a meta model materialises that tensor with the loaded values.
+      Tensor fresh = it->second.to(t->dtype()).clone();
+      if (t->requires_grad()) fresh.set_requires_grad(true);
+      *t = fresh;
+    } else {
+      t->copy_(it->second);
+    }
+  }
+}
+
+void Module::materialize(uint64_t seed, Device device) {
+  autograd::NoGradGuard no_grad;
+  for (auto& [name, p] : named_parameters()) {
+    if (!p->tensor.is_meta()) continue;
+    Tensor t = Tensor::empty(p->tensor.shape(), p->dtype, device);
+    const Init& init = p->init;
+    switch (init.kind) {
+      case Init::Kind::normal: fill_normal(t, init.a, init.b, RngState{seed, stream_id(name), 0}); break;
+      case Init::Kind::uniform: fill_uniform(t, init.a, init.b, RngState{seed, stream_id(name), 0}); break;
+      case Init::Kind::zeros: t.zero_(); break;
+      case Init::Kind::ones: t.fill_(1.0); break;
+      case Init::Kind::constant: t.fill_(init.a); break;
+    }
+    t.set_requires_grad(p->trainable);
+    p->tensor = t;
+  }
+  for (auto& [path, m] : named_modules())
+    for (auto& [n, b] : m->buffers_)
+      if (b.tensor.is_meta()) b.tensor = Tensor::zeros(b.tensor.shape(), b.tensor.dtype(), device);
+}
+
+bool Module::is_materialized() {
+  for (auto& [n, p] : named_parameters())
+    if (p->tensor.is_meta()) return false;
+  return true;
+}
+
+int64_t Module::num_parameters(bool trainable_only) {
+  int64_t n = 0;
+  for (auto& [name, p] : named_parameters())
+    if (!trainable_only || p->trainable) n += p->global_shape.numel();
+  return n;
+}
+
+void Module::zero_grad() {
+  for (auto& [n, p] : named_parameters()) p->tensor.set_grad(Tensor());
+}
+
+std::vector<Tensor> Module::invoke(const std::vector<Tensor>& inputs, const TensorFn& body) {
+  if (wrappers_.empty()) return body(inputs);
+  // Compose: wrapper[k] gets as inner the composition of wrappers[0..k-1] around body.
+  TensorFn fn = body;
+  for (auto& w : wrappers_) {
+    TensorFn inner = fn;
+    fn = [w, inner](const std::vector<Tensor>& in) { return w(inner, in); };
+  }
+  return fn(inputs);
+}
+
+Tensor Module::invoke1(const Tensor& input, const std::function<Tensor(const Tensor&)>& body) {
+  return invoke({input}, [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{body(in[0])}; })[0];
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,139 @@
+// Module tree. A model is a tree of Modules with dotted paths ("decoder.layers.3.mlp.linear_fc1");
+// parameters are registered with their global shape, dtype, initialiser and weight-decay default,
+// and can live on the meta device (shapes only) until materialise() allocates and initialises
+// them. Strategies (FSDP, recompute, swap, profiling) act on a built model from outside, by path:
+// they replace parameter tensors and wrap module forwards; a model file knows nothing of them.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "loom/core/rng.h"
+#include "loom/core/tensor.h"
+
+namespace loom::nn {
+
+// How a parameter is initialised when materialised.
+struct Init {
+  enum class Kind { normal, uniform, zeros, ones, constant };
+  Kind kind = Kind::normal;
+  double a = 0.0;  // normal: mean; uniform: low; constant: value
+  double b = 0.02;  // normal: std; uniform: high
+  static Init normal(double std, double mean = 0.0) { return {Kind::normal, mean, std}; }
+  static Init uniform(double low, double high) { return {Kind::uniform, low, high}; }
+  static Init zeros() { return {Kind::zeros, 0, 0}; }
+  static Init ones() { return {Kind::ones, 1, 0}; }
+  static Init constant(double v) { return {Kind::constant, v, 0}; }
+};
+
+struct Parameter {
+  // The tensor forward uses. Strategies may replace it (e.g. FSDP swaps in its shard / gathered
+  // copy); `global_shape` stays the full logical shape.
+  Tensor tensor;
+  Shape global_shape;
+  DType dtype = DType::f32;
+  Init init;
+  // Default: decayed unless 1-D or a bias (the optimizer's include/exclude rules override).
+  bool weight_decay = true;
+  bool trainable = true;
+  // Filled by the parallelism step, read by grad-norm and checkpoint code: which mesh axes shard
+  // this parameter (axis name → tensor dim) and over which it is replicated. Empty = one copy.
+  std::map<std::string, int> sharded_dims;
+};
+
+using TensorFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+// Wraps a module's forward: gets the inner forward and the tensor inputs, returns the outputs.
+using ForwardWrapper = std::function<std::vector<Tensor>(const TensorFn& inner, const std::vector<Tensor>& inputs)>;
+
+class Module {
+ public:
+  explicit Module(std::string type_name) : type_name_(std::move(type_name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  const std::string& type_name() const { return type_name_; }
+
+  // ---- Tree traversal (paths are dotted; `prefix` is prepended) ----------------------------
+  std::vector<std::pair<std::string, Parameter*>> named_parameters(const std::string& prefix = "");
+  std::vector<std::pair<std::string, Module*>> named_modules(const std::string& prefix = "");
+  std::vector<std::pair<std::string, Tensor*>> named_buffers(const std::string& prefix = "", bool persistent_only = true);
+  std::vector<std::pair<std::string, Module*>> children();
+  // Submodule by dotted path ("decoder.layers.3"); nullptr when absent.
+  Module* find_module(const std::string& path);
+  Parameter* find_parameter(const std::string& path);
+
+  // ---- Parameters and state ------------------------------------------------------------------
+  // All parameters and persistent buffers by dotted name (tensors share storage with the model).
+  std::map<std::string, Tensor> state_dict();
+  // Copies values in. strict: missing and unexpected names are errors. Every problem (missing,
+  // unexpected, wrong shape) is listed in one CheckpointError naming `source`.
+  void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true,
+                       const std::string& source = "state dict");
+  // Allocates every meta parameter/buffer on `device` and initialises it from the Philox stream
+  // keyed by (seed, full parameter name): the same values whatever the parallel layout.
+  void materialize(uint64_t seed, Device device = Device::cpu());
+  bool is_materialized();
+  int64_t num_parameters(bool trainable_only = false);
+  void zero_grad();
+
+  // ---- Forward interception (used by parallelism / memory / profiler strategies) --------------
+  // Wrappers run outermost-last-added: the newest wrapper sees the others as its inner function.
+  void add_forward_wrapper(ForwardWrapper wrapper) { wrappers_.push_back(std::move(wrapper)); }
+  void clear_forward_wrappers() { wrappers_.clear(); }
+  size_t num_forward_wrappers() const { return wrappers_.size(); }
+
+ protected:
+  // Registers a parameter created on `device` (meta by default: nothing allocated). 1-D tensors
+  // and names ending in "bias" default to no weight decay.
+  Parameter& register_parameter(const std::string& name, const Shape& shape, DType dtype, Init init,
+                                Device device, std::optional<bool> weight_decay = std::nullopt);
+  // Non-trainable state (e.g. MoE expert bias, counters). Persistent buffers are saved.
+  Tensor& register_buffer(const std::string& name, const Tensor& value, bool persistent = true);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    add_child(name, module);
+    return module;
+  }
+  // Every module's forward goes through here so that wrappers apply.
+  std::vector<Tensor> invoke(const std::vector<Tensor>& inputs, const TensorFn& body);
+  Tensor invoke1(const Tensor& input, const std::function<Tensor(const Tensor&)>& body);
+
+ private:
+  void add_child(const std::string& name, std::shared_ptr<Module> module);
+
+  std::string type_name_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  // deques: registration returns references that must stay valid as more are added
+  std::deque<std::pair<std::string, Parameter>> params_;
+  struct Buffer {
+    Tensor tensor;
+    bool persistent;
+  };
+  std::deque<std::pair<std::string, Buffer>> buffers_;
+  std::vector<ForwardWrapper> wrappers_;
+};
+
+// A list of modules addressed by index ("layers.0", "layers.1", ...).
+class ModuleList : public Module {
+ public:
+  ModuleList() : Module("ModuleList") {}
+  template <typename M>
+  std::shared_ptr<M> append(std::shared_ptr<M> module) {
+    items_.push_back(module);
+    return register_module(std::to_string(items_.size() - 1), module);
+  }
+  size_t size() const { return items_.size(); }
+  const std::shared_ptr<Module>& at(size_t i) const { return items_.at(i); }
+
+ private:
+  std::vector<std::shared_ptr<Module>> items_;
+};
+
+}  // namespace loom::nn
