@@ -1,57 +1,16 @@
 #include "loom/kernels/cpu/norm.h"
 
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "loom/core/parallel.h"
-#include "loom/core/scalar_cast.h"
+#include "loom/kernels/cpu/row_convert.h"
 
 namespace loom::kernels::cpu {
 
 namespace {
-
-// Row conversions between storage and compute types. The bf16 ones are written so the compiler
-// vectorises them (shift to widen, integer round-to-nearest-even to narrow).
-template <typename C, typename T>
-void widen(const T* src, C* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, bf16> && std::is_same_v<C, float>) {
-    const uint16_t* u = reinterpret_cast<const uint16_t*>(src);
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(static_cast<uint32_t>(u[i]) << 16);
-  } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = cast_scalar<C>(src[i]);
-  }
-}
-
-template <typename T, typename C>
-void narrow(const C* src, T* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, bf16> && std::is_same_v<C, float>) {
-    uint16_t* u = reinterpret_cast<uint16_t*>(dst);
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      const uint32_t b = std::bit_cast<uint32_t>(src[i]);
-      const uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
-      u[i] = static_cast<uint16_t>((b & 0x7fffffffu) > 0x7f800000u ? ((b >> 16) | 0x40u) : rounded);
-    }
-  } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = cast_scalar<T>(src[i]);
-  }
-}
-
-// A row of storage type T seen as compute type C: aliases the input when the types agree, else
-// widens into `scratch`.
-template <typename C, typename T>
-const C* row_as(const T* src, C* scratch, int64_t n) {
-  if constexpr (std::is_same_v<T, C>) {
-    return src;
-  } else {
-    widen(src, scratch, n);
-    return scratch;
-  }
-}
 
 DType grad_dtype_for(const Tensor& w) {
   return (w.dtype() == DType::bf16 || w.dtype() == DType::f16) ? DType::f32 : w.dtype();
@@ -149,7 +108,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps, DType compute
         for (int64_t i = 0; i < d; ++i) ss += xr[i] * xr[i];
         const C rs = C(1) / std::sqrt(ss / static_cast<C>(d) + ceps);
         pr[r] = rs;
-        C* out = std::is_same_v<T, C> ? reinterpret_cast<C*>(py + r * d) : obuf.data();
+        C* out = out_row(py + r * d, obuf.data());
         if (pw) {
 #pragma omp simd
           for (int64_t i = 0; i < d; ++i) out[i] = pw[i] * (xr[i] * rs);
@@ -157,7 +116,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps, DType compute
 #pragma omp simd
           for (int64_t i = 0; i < d; ++i) out[i] = xr[i] * rs;
         }
-        if constexpr (!std::is_same_v<T, C>) narrow(out, py + r * d, d);
+        finish_row(out, py + r * d, d);
       }
     });
   });
@@ -217,10 +176,10 @@ void rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight
             }
           }
           const C k = rs * rs * rs * dot / static_cast<C>(d);
-          C* out = std::is_same_v<T, C> ? reinterpret_cast<C*>(pdx + r * d) : obuf.data();
+          C* out = out_row(pdx + r * d, obuf.data());
 #pragma omp simd
           for (int64_t i = 0; i < d; ++i) out[i] = rs * gw[i] - xr[i] * k;
-          if constexpr (!std::is_same_v<T, C>) narrow(out, pdx + r * d, d);
+          finish_row(out, pdx + r * d, d);
         }
       }
     });
@@ -264,7 +223,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
         const C rs = C(1) / std::sqrt(v * inv_d + ceps);
         pm[r] = mu;
         pr[r] = rs;
-        C* out = std::is_same_v<T, C> ? reinterpret_cast<C*>(py + r * d) : obuf.data();
+        C* out = out_row(py + r * d, obuf.data());
 #pragma omp simd
         for (int64_t i = 0; i < d; ++i) {
           C h = (xr[i] - mu) * rs;
@@ -272,7 +231,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
           if (pb) h += pb[i];
           out[i] = h;
         }
-        if constexpr (!std::is_same_v<T, C>) narrow(out, py + r * d, d);
+        finish_row(out, py + r * d, d);
       }
     });
   });
@@ -336,10 +295,10 @@ void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weig
           if (!pdx) continue;
           // dx = rs·(g⊙w − mean(g⊙w) − x̂·mean(g⊙w⊙x̂))
           const C a = sum_gw * inv_d, m = sum_gwx * inv_d;
-          C* out = std::is_same_v<T, C> ? reinterpret_cast<C*>(pdx + r * d) : obuf.data();
+          C* out = out_row(pdx + r * d, obuf.data());
 #pragma omp simd
           for (int64_t i = 0; i < d; ++i) out[i] = rs * (gw[i] - a - xhat[i] * m);
-          if constexpr (!std::is_same_v<T, C>) narrow(out, pdx + r * d, d);
+          finish_row(out, pdx + r * d, d);
         }
       }
     });
