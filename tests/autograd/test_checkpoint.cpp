@@ -107,3 +107,17 @@ TEST(Checkpoint, SavedTensorHooksSeeEverySave) {
   EXPECT_EQ(hooks->unpacks, 2);
   EXPECT_EQ(a.grad().to_double_vector(), b.to_double_vector());
 }
+
+TEST(Checkpoint, RecomputeIsVisibleToSideEffects) {
+  int forwards = 0, recomputes = 0;
+  Tensor x = loom::testing::leaf({3}, 8);
+  auto fn = [&](const std::vector<Tensor>& in) {
+    if (autograd::is_recomputing()) ++recomputes; else ++forwards;
+    return std::vector<Tensor>{ops::mul(in[0], in[0])};
+  };
+  Tensor y = autograd::checkpoint(fn, {x})[0];
+  EXPECT_FALSE(autograd::is_recomputing());
+  autograd::backward(ops::sum(y));
+  EXPECT_EQ(forwards, 1);
+  EXPECT_EQ(recomputes, 1);
+}

@@ -8,6 +8,13 @@ namespace loom::autograd {
 
 namespace {
 
+thread_local int t_recompute_depth = 0;
+
+struct RecomputeDepthGuard {
+  RecomputeDepthGuard() { ++t_recompute_depth; }
+  ~RecomputeDepthGuard() { --t_recompute_depth; }
+};
+
 struct Frame {
   CheckpointFn fn;
   std::vector<Tensor> inputs;        // detached, requires_grad mirrored
@@ -91,6 +98,7 @@ void ForwardHooks::recompute() {
     NoSavedTensorHooksGuard hide_outer;
     SavedTensorHooksGuard record(std::make_shared<RecomputeHooks>(f));
     EnableGradGuard grad_on;  // ops save tensors only when they record history
+    RecomputeDepthGuard recomputing;
     std::vector<Tensor> inputs;
     inputs.reserve(f.inputs.size());
     for (const Tensor& t : f.inputs) {
@@ -111,6 +119,8 @@ void ForwardHooks::recompute() {
 }
 
 }  // namespace
+
+bool is_recomputing() { return t_recompute_depth > 0; }
 
 std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs,
                                SavePolicy keep) {

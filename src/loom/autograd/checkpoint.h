@@ -19,4 +19,9 @@ using SavePolicy = std::function<bool(const char* op)>;
 std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs,
                                SavePolicy keep = nullptr);
 
+// True while a checkpointed function is being re-run for backward. Modules with side effects
+// in forward (counters, running maxima, aux-loss bookkeeping) skip them when this is set, so a
+// recomputed layer does not count twice.
+bool is_recomputing();
+
 }  // namespace loom::autograd

@@ -6,6 +6,7 @@
 
 #include "loom/autograd/grad_mode.h"
 #include "loom/autograd/node.h"
+#include "loom/core/trace.h"
 #include "loom/kernels/cpu/elementwise.h"
 
 namespace loom::autograd {
@@ -98,7 +99,11 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
       if (it != capture->end()) it->second = inputs;
       if (dynamic_cast<AccumulateGrad*>(node)) continue;
     }
-    std::vector<Tensor> outputs = node->apply(std::move(inputs));
+    std::vector<Tensor> outputs;
+    {
+      LOOM_TRACE("backward", node->name());
+      outputs = node->apply(std::move(inputs));
+    }
     if (!retain_graph) node->release_saved();
     LOOM_ASSERT(outputs.size() == node->next_edges.size() || outputs.empty(),
                 "node ", node->name(), " returned ", outputs.size(), " grads for ",
