@@ -258,3 +258,17 @@ TEST(AdamW, RejectsUnsupportedParamDtype) {
   Tensor w = make_param({1.f}, {1}, DType::f64);
   EXPECT_THROW(AdamW({{"w", w}}, AdamWOptions{}), DTypeError);
 }
+
+TEST(Optimizer, ZeroGradKeepsBuffersAndNamedParamsListsOptimised) {
+  Tensor a = make_param({1.f, 2.f}, {2});
+  AdamW opt({{"a", a}}, AdamWOptions{});
+  set_grad(a, {3.f, 4.f});
+  const void* buffer = a.grad().raw_data();
+  opt.zero_grad();
+  EXPECT_EQ(a.grad().to_float_vector(), (std::vector<float>{0.f, 0.f}));
+  EXPECT_EQ(a.grad().raw_data(), buffer);
+  NamedParams np = opt.named_params();
+  ASSERT_EQ(np.size(), 1u);
+  EXPECT_EQ(np[0].name, "a");
+  EXPECT_TRUE(np[0].param.shares_storage_with(a));
+}

@@ -28,6 +28,8 @@ void adamw_chunk(float* __restrict p, const float* __restrict g, float* __restri
                  float* __restrict v, Out* __restrict out, int64_t n, const AdamWScalars s) {
   // Same order as the reference: p' = p*decay; m = m*b1 + g*(1-b1); v = v*b2 + g*g*(1-b2);
   // p = p' - (m / (sqrt(v/bc2) + eps)) * step_size.
+  // `omp simd`: GCC's -O2 cost model would otherwise leave this loop scalar.
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i];
     const float decayed = p[i] * s.decay;
@@ -86,6 +88,7 @@ void adamw_update(float* master, const float* grad, float* m, float* v, f16* par
 
 void copy_master_to_param(const float* master, bf16* param, int64_t n) {
   parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
+#pragma omp simd
     for (int64_t i = b; i < e; ++i) param[i].bits = bf16_bits_rne(master[i]);
   });
 }

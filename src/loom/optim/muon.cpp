@@ -160,6 +160,7 @@ void Muon::muon_step(ParamState& s, const Tensor& grad, double lr) {
   // with the scaled orthogonalised update O.
   std::vector<float> u(static_cast<size_t>(n));
   parallel_for(0, n, 1 << 15, [&](int64_t b, int64_t e) {
+#pragma omp simd
     for (int64_t i = b; i < e; ++i) {
       const float mi = m[i] * mu + g[i];
       m[i] = mi;
@@ -209,6 +210,7 @@ void Muon::muon_step(ParamState& s, const Tensor& grad, double lr) {
   const float decay = static_cast<float>(1.0 - lr * s.weight_decay);
   float* w = s.master.data<float>();
   parallel_for(0, n, 1 << 15, [&](int64_t b, int64_t e) {
+#pragma omp simd
     for (int64_t i = b; i < e; ++i) w[i] = w[i] * decay - u[i];
   });
   copy_master_to_param(s);

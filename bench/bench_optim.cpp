@@ -1,0 +1,165 @@
+// Optimizer benchmarks: the fused AdamW pass against a STREAM-style triad over buffers of the
+// same size in the same run (the update is memory-bound, so bandwidth is the figure of merit),
+// and one Muon step (5 bf16-emulated Newton–Schulz iterations) on a 4096×4096 weight.
+//
+//   ./build/bench/bench_optim                      # everything (the 4096² Muon step takes a while)
+//   ./build/bench/bench_optim --benchmark_filter=AdamW|Stream
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "loom/core/parallel.h"
+#include "loom/core/tensor.h"
+#include "loom/optim/adamw_kernel.h"
+#include "loom/optim/muon.h"
+
+using namespace loom;
+using namespace loom::optim;
+
+namespace {
+
+// 16M floats = 64 MiB per buffer: far beyond any cache.
+constexpr int64_t kElems = int64_t{1} << 24;
+constexpr int64_t kGrain = 1 << 15;
+
+struct Buffers {
+  std::vector<float> p, g, m, v;
+  std::vector<bf16> p16;
+  Buffers() : p(kElems, 0.5f), g(kElems, 1e-3f), m(kElems, 0.f), v(kElems, 0.f), p16(kElems) {}
+};
+
+Buffers& buffers() {
+  static Buffers b;
+  return b;
+}
+
+void BM_AdamWFusedF32(benchmark::State& state) {
+  Buffers& b = buffers();
+  const AdamWScalars s = AdamWScalars::make(1e-4, 0.01, 0.9, 0.95, 1e-8, 10);
+  for (auto _ : state) {
+    adamw_update(b.p.data(), b.g.data(), b.m.data(), b.v.data(), kElems, s);
+    benchmark::ClobberMemory();
+  }
+  // read p, g, m, v + write p, m, v
+  state.SetBytesProcessed(state.iterations() * kElems * 7 * int64_t{sizeof(float)});
+}
+
+void BM_AdamWFusedBf16Param(benchmark::State& state) {
+  Buffers& b = buffers();
+  const AdamWScalars s = AdamWScalars::make(1e-4, 0.01, 0.9, 0.95, 1e-8, 10);
+  for (auto _ : state) {
+    adamw_update(b.p.data(), b.g.data(), b.m.data(), b.v.data(), b.p16.data(), kElems, s);
+    benchmark::ClobberMemory();
+  }
+  // read p, g, m, v + write p, m, v (fp32) + write the bf16 model copy
+  state.SetBytesProcessed(state.iterations() * kElems * (7 * 4 + 2));
+}
+
+// STREAM triad a = b + s·c on three of the same buffers, same chunking.
+void BM_StreamTriad(benchmark::State& state) {
+  Buffers& b = buffers();
+  float* a = b.m.data();
+  const float* x = b.p.data();
+  const float* y = b.g.data();
+  for (auto _ : state) {
+    parallel_for(0, kElems, kGrain, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i) a[i] = x[i] + 0.5f * y[i];
+    });
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * kElems * 3 * int64_t{sizeof(float)});
+}
+
+// The AdamW access pattern (read 4 streams, write 3 of them back) with trivial arithmetic: the
+// bandwidth ceiling of the update itself.
+void BM_StreamRead4Write3(benchmark::State& state) {
+  Buffers& b = buffers();
+  float *p = b.p.data(), *m = b.m.data(), *v = b.v.data();
+  const float* g = b.g.data();
+  for (auto _ : state) {
+    parallel_for(0, kElems, kGrain, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i) {
+        p[i] = p[i] + g[i];
+        m[i] = m[i] + g[i];
+        v[i] = v[i] + g[i];
+      }
+    });
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * kElems * 7 * int64_t{sizeof(float)});
+}
+
+void BM_MuonStep(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor w = Tensor::full({n, n}, 0.01);
+  w.set_requires_grad(true);
+  std::vector<float> g(static_cast<size_t>(n * n));
+  for (int64_t i = 0; i < n * n; ++i) g[i] = static_cast<float>((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+  w.set_grad(Tensor::from_vector(g, {n, n}));
+  MuonModelInfo model;
+  model.multi_latent_attention = true;
+  Muon opt({{"decoder.layers.0.self_attention.linear_proj.weight", w}}, MuonOptions{}, model);
+  for (auto _ : state) opt.step_with_lr(2e-2);
+  // Newton–Schulz FLOPs: per iteration X·Xᵀ and A·A as SYRK (n³ each), B·X as GEMM (2n³).
+  state.counters["NS_GFLOP/s"] = benchmark::Counter(
+      5.0 * 4.0 * double(n) * n * n * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+BENCHMARK(BM_StreamTriad)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_StreamRead4Write3)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_AdamWFusedF32)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_AdamWFusedBf16Param)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_MuonStep)->Arg(1024)->Arg(4096)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Prints the ratio lines after the usual table.
+class SummaryReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& r : runs) {
+      auto it = r.counters.find("bytes_per_second");
+      if (it != r.counters.end()) gbps[r.benchmark_name()] = it->second.value / 1e9;
+      if (r.benchmark_name().rfind("BM_MuonStep", 0) == 0)
+        muon_ms[r.benchmark_name()] = r.GetAdjustedRealTime();
+    }
+  }
+  std::map<std::string, double> gbps, muon_ms;
+};
+
+double find(const std::map<std::string, double>& m, const std::string& prefix) {
+  for (const auto& [k, v] : m)
+    if (k.rfind(prefix, 0) == 0) return v;
+  return 0.0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  apply_thread_env();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  SummaryReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  const double triad = find(reporter.gbps, "BM_StreamTriad");
+  const double same = find(reporter.gbps, "BM_StreamRead4Write3");
+  const double adam = find(reporter.gbps, "BM_AdamWFusedF32");
+  const double adam16 = find(reporter.gbps, "BM_AdamWFusedBf16Param");
+  std::printf("\nthreads: %d\n", num_threads());
+  if (triad > 0 && adam > 0)
+    std::printf("fused AdamW (fp32): %.2f GB/s = %.0f%% of stream triad (%.2f GB/s)\n", adam,
+                100.0 * adam / triad, triad);
+  if (same > 0 && adam > 0)
+    std::printf("fused AdamW (fp32): %.0f%% of the same read-4/write-3 stream (%.2f GB/s)\n",
+                100.0 * adam / same, same);
+  if (triad > 0 && adam16 > 0)
+    std::printf("fused AdamW (bf16 param + fp32 master): %.2f GB/s = %.0f%% of stream triad\n",
+                adam16, 100.0 * adam16 / triad);
+  for (const auto& [name, ms] : reporter.muon_ms)
+    std::printf("%s: one Muon step %.1f ms\n", name.c_str(), ms);
+  return 0;
+}
