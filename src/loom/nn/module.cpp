@@ -211,15 +211,44 @@ void Module::zero_grad() {
   for (auto& [n, p] : named_parameters()) p->tensor.set_grad(Tensor());
 }
 
-std::vector<Tensor> Module::invoke(const std::vector<Tensor>& inputs, const TensorFn& body) {
-  if (wrappers_.empty()) return body(inputs);
-  // Compose: wrapper[k] gets as inner the composition of wrappers[0..k-1] around body.
+namespace {
+// Composes wrappers around body: wrapper[k] gets as inner the composition of wrappers[0..k-1].
+std::vector<Tensor> run_wrapped(const std::vector<ForwardWrapper>& wrappers, const std::vector<Tensor>& inputs,
+                                const TensorFn& body) {
+  if (wrappers.empty()) return body(inputs);
   TensorFn fn = body;
-  for (auto& w : wrappers_) {
+  for (auto& w : wrappers) {
     TensorFn inner = fn;
     fn = [w, inner](const std::vector<Tensor>& in) { return w(inner, in); };
   }
   return fn(inputs);
+}
+}  // namespace
+
+std::vector<Tensor> Module::invoke(const std::vector<Tensor>& inputs, const TensorFn& body) {
+  return run_wrapped(wrappers_, inputs, body);
+}
+
+void Module::register_operation(const std::string& name) {
+  for (const auto& n : operation_names_)
+    LOOM_CHECK(n != name, ValueError, type_name_, ": an operation named '", name, "' already exists");
+  for (auto& [n, c] : children_)
+    LOOM_CHECK(n != name, ValueError, type_name_, ": '", name, "' is already a submodule name");
+  operation_names_.push_back(name);
+}
+
+void Module::add_operation_wrapper(const std::string& operation, ForwardWrapper wrapper) {
+  bool known = false;
+  for (const auto& n : operation_names_) known = known || n == operation;
+  LOOM_CHECK(known, ValueError, type_name_, " has no operation '", operation, "'");
+  operation_wrappers_[operation].push_back(std::move(wrapper));
+}
+
+std::vector<Tensor> Module::call_operation(const std::string& name, const std::vector<Tensor>& inputs,
+                                           const TensorFn& body) {
+  auto it = operation_wrappers_.find(name);
+  if (it == operation_wrappers_.end()) return body(inputs);
+  return run_wrapped(it->second, inputs, body);
 }
 
 Tensor Module::invoke1(const Tensor& input, const std::function<Tensor(const Tensor&)>& body) {

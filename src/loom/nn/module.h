@@ -89,6 +89,13 @@ class Module {
   void clear_forward_wrappers() { wrappers_.clear(); }
   size_t num_forward_wrappers() const { return wrappers_.size(); }
 
+  // ---- Named operations ----------------------------------------------------------------------
+  // Functions a module calls by name (e.g. the all_gather a tensor-parallel strategy inserts),
+  // addressable as "<module path>.<operation>" so memory policies can wrap them like modules
+  // (communication recompute). Registered at construction so they are known before forward.
+  const std::vector<std::string>& operation_names() const { return operation_names_; }
+  void add_operation_wrapper(const std::string& operation, ForwardWrapper wrapper);
+
  protected:
   // Registers a parameter created on `device` (meta by default: nothing allocated). 1-D tensors
   // and names ending in "bias" default to no weight decay.
@@ -104,6 +111,10 @@ class Module {
   // Every module's forward goes through here so that wrappers apply.
   std::vector<Tensor> invoke(const std::vector<Tensor>& inputs, const TensorFn& body);
   Tensor invoke1(const Tensor& input, const std::function<Tensor(const Tensor&)>& body);
+  void register_operation(const std::string& name);
+  // Runs a registered operation through its wrappers.
+  std::vector<Tensor> call_operation(const std::string& name, const std::vector<Tensor>& inputs,
+                                     const TensorFn& body);
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> module);
@@ -118,6 +129,8 @@ class Module {
   };
   std::deque<std::pair<std::string, Buffer>> buffers_;
   std::vector<ForwardWrapper> wrappers_;
+  std::vector<std::string> operation_names_;
+  std::map<std::string, std::vector<ForwardWrapper>> operation_wrappers_;
 };
 
 // A list of modules addressed by index ("layers.0", "layers.1", ...).
