@@ -1,0 +1,181 @@
+#include "loom/data/preprocess.h"
+
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "loom/core/error.h"
+#include "loom/data/indexed_dataset.h"
+#include "loom/data/indexed_dataset_builder.h"
+#include "loom/data/jsonl_reader.h"
+#include "loom/data/tokenizer.h"
+
+namespace loom::data {
+
+std::string preprocess_output_prefix(const std::string& output_prefix, const std::string& key) {
+  return output_prefix + "_" + key + "_document";
+}
+
+namespace {
+
+struct EncodedDocument {
+  std::vector<int64_t> tokens;
+  std::vector<int32_t> lengths;  // one per non-empty sentence
+};
+
+struct Line {
+  std::string text;
+  int64_t number = 0;
+};
+
+// Megatron's Encoder.encode for one key.
+EncodedDocument encode_document(const Tokenizer& tokenizer, const std::vector<std::string>& sentences,
+                                bool append_eod) {
+  EncodedDocument doc;
+  for (const auto& sentence : sentences) {
+    std::vector<int64_t> ids = tokenizer.encode(sentence);
+    if (ids.empty()) continue;
+    doc.tokens.insert(doc.tokens.end(), ids.begin(), ids.end());
+    doc.lengths.push_back(static_cast<int32_t>(ids.size()));
+  }
+  if (append_eod && !doc.tokens.empty()) {
+    doc.tokens.push_back(tokenizer.eod_id());
+    doc.lengths.back() += 1;
+  }
+  return doc;
+}
+
+class Progress {
+ public:
+  explicit Progress(bool enabled) : enabled_(enabled), start_(clock::now()), last_(start_) {}
+  void report(int64_t documents, int64_t tokens, const JsonlReader& reader, bool final) {
+    if (!enabled_) return;
+    const auto now = clock::now();
+    if (!final && now - last_ < std::chrono::seconds(2)) return;
+    if (final && now - start_ < std::chrono::seconds(2)) return;  // short runs stay quiet
+    last_ = now;
+    const double seconds = std::chrono::duration<double>(now - start_).count();
+    const double mb = static_cast<double>(reader.bytes_read()) / 1e6;
+    const double percent = reader.file_size() > 0 ? 100.0 * static_cast<double>(reader.bytes_read()) /
+                                                        static_cast<double>(reader.file_size())
+                                                  : 0.0;
+    std::fprintf(stderr, "preprocess: %lld documents, %lld tokens, %.1f MB (%.0f%%) in %.1f s, %.2f MB/s\n",
+                 static_cast<long long>(documents), static_cast<long long>(tokens), mb,
+                 std::min(percent, 100.0), seconds, seconds > 0 ? mb / seconds : 0.0);
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  bool enabled_;
+  clock::time_point start_;
+  clock::time_point last_;
+};
+
+}  // namespace
+
+PreprocessResult preprocess_jsonl(const PreprocessOptions& o) {
+  LOOM_CHECK(!o.input.empty(), ValueError, "--input is required");
+  LOOM_CHECK(!o.output_prefix.empty(), ValueError, "--output-prefix is required");
+  LOOM_CHECK(!o.json_keys.empty(), ValueError, "--json-keys needs at least one key");
+  LOOM_CHECK(o.workers >= 1, ValueError, "--workers must be at least 1, got ", o.workers);
+  const Tokenizer tokenizer(o.tokenizer_model);
+  LOOM_CHECK(!o.append_eod || tokenizer.eod_id() >= 0, DataError, "tokenizer ", o.tokenizer_model,
+             " has no end-of-sequence id, so --append-eod has nothing to append");
+  const TokenDType dtype = optimal_token_dtype(tokenizer.vocab_size());
+  const std::filesystem::path out_dir = std::filesystem::path(o.output_prefix).parent_path();
+  if (!out_dir.empty()) std::filesystem::create_directories(out_dir);
+
+  PreprocessResult result;
+  std::vector<std::unique_ptr<IndexedDatasetBuilder>> builders;
+  std::vector<std::string> tmp_bins, tmp_idxs;
+  for (const auto& key : o.json_keys) {
+    const std::string prefix = preprocess_output_prefix(o.output_prefix, key);
+    result.output_prefixes.push_back(prefix);
+    tmp_bins.push_back(data_file_path(prefix) + ".partial");
+    tmp_idxs.push_back(index_file_path(prefix) + ".partial");
+    builders.push_back(std::make_unique<IndexedDatasetBuilder>(tmp_bins.back(), dtype));
+  }
+  result.tokens.assign(o.json_keys.size(), 0);
+  auto cleanup = [&] {
+    builders.clear();
+    std::error_code ec;
+    for (const auto& p : tmp_bins) std::filesystem::remove(p, ec);
+    for (const auto& p : tmp_idxs) std::filesystem::remove(p, ec);
+  };
+
+  try {
+    JsonlReader reader(o.input);
+    Progress progress(o.progress);
+    const size_t workers = static_cast<size_t>(o.workers);
+    const size_t chunk = 256 * workers;
+    std::vector<Line> lines;
+    // encoded[line][key]
+    std::vector<std::vector<EncodedDocument>> encoded;
+    bool more = true;
+    int64_t total_tokens = 0;
+    while (more) {
+      lines.clear();
+      Line line;
+      while (lines.size() < chunk && (more = reader.next(line.text, line.number))) lines.push_back(line);
+      if (lines.empty()) break;
+      encoded.assign(lines.size(), {});
+      auto encode_range = [&](size_t begin, size_t end) {
+        for (size_t i = begin; i < end; ++i) {
+          const auto record = parse_json_line(lines[i].text, o.input, lines[i].number);
+          for (const auto& key : o.json_keys) {
+            encoded[i].push_back(encode_document(tokenizer, json_texts(record, key, o.input, lines[i].number),
+                                                 o.append_eod));
+          }
+        }
+      };
+      if (workers == 1) {
+        encode_range(0, lines.size());
+      } else {
+        // Contiguous ranges per thread; the first error in line order wins so messages are stable.
+        std::vector<std::exception_ptr> errors(workers);
+        std::vector<std::thread> pool;
+        const size_t per = (lines.size() + workers - 1) / workers;
+        for (size_t w = 0; w < workers; ++w) {
+          const size_t begin = std::min(lines.size(), w * per);
+          const size_t end = std::min(lines.size(), begin + per);
+          pool.emplace_back([&, w, begin, end] {
+            try {
+              encode_range(begin, end);
+            } catch (...) {
+              errors[w] = std::current_exception();
+            }
+          });
+        }
+        for (auto& t : pool) t.join();
+        for (auto& e : errors) {
+          if (e) std::rethrow_exception(e);
+        }
+      }
+      for (size_t i = 0; i < lines.size(); ++i) {
+        for (size_t k = 0; k < o.json_keys.size(); ++k) {
+          const EncodedDocument& doc = encoded[i][k];
+          builders[k]->add_document(doc.tokens, doc.lengths);
+          result.tokens[k] += static_cast<int64_t>(doc.tokens.size());
+          total_tokens += static_cast<int64_t>(doc.tokens.size());
+        }
+        ++result.documents;
+      }
+      progress.report(result.documents, total_tokens, reader, false);
+    }
+    progress.report(result.documents, total_tokens, reader, true);
+    for (size_t k = 0; k < builders.size(); ++k) builders[k]->finalize(tmp_idxs[k]);
+    for (size_t k = 0; k < builders.size(); ++k) {
+      std::filesystem::rename(tmp_bins[k], data_file_path(result.output_prefixes[k]));
+      std::filesystem::rename(tmp_idxs[k], index_file_path(result.output_prefixes[k]));
+    }
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  return result;
+}
+
+}  // namespace loom::data
