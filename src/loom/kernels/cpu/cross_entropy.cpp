@@ -1,0 +1,382 @@
+#include "loom/kernels/cpu/cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "loom/core/parallel.h"
+#include "loom/kernels/cpu/gemm.h"
+#include "loom/kernels/cpu/index.h"
+#include "loom/kernels/cpu/row_convert.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define LOOM_XENT_AVX2 1
+#endif
+
+namespace loom::kernels::cpu {
+
+namespace {
+
+// Vocabulary chunk: the widened fp32 slice of a row stays in L1 while it is used twice.
+constexpr int64_t kVocabChunk = 4096;
+
+#ifdef LOOM_XENT_AVX2
+// exp for 8 lanes (Cephes polynomial after a Cody-Waite reduction, ~1 ulp). Arguments below
+// −87.3 give 0 (no denormals: softmax terms that small do not change a sum), NaN stays NaN.
+inline __m256 exp8(__m256 x) {
+  const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-87.3365447505531f);
+  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
+  y = _mm256_blendv_ps(y, _mm256_set1_ps(std::numeric_limits<float>::infinity()), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
+  return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+#endif
+
+// max of x[0, n) (NaN-propagation is left to the exp sum that follows).
+template <typename C>
+C max_of(const C* x, int64_t n) {
+  C m = -std::numeric_limits<C>::infinity();
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+// Σ exp(x[i] − shift)
+inline double sum_exp(const double* x, int64_t n, double shift) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += std::exp(x[i] - shift);
+  return s;
+}
+inline float sum_exp(const float* x, int64_t n, float shift) {
+  int64_t i = 0;
+  float s = 0;
+#ifdef LOOM_XENT_AVX2
+  const __m256 vs = _mm256_set1_ps(shift);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_add_ps(acc0, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs)));
+    acc1 = _mm256_add_ps(acc1, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vs)));
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_add_ps(acc0, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs)));
+  s = hsum8(_mm256_add_ps(acc0, acc1));
+#endif
+  for (; i < n; ++i) s += std::exp(x[i] - shift);
+  return s;
+}
+
+// out[i] = exp(x[i] − shift) · scale (out may alias x)
+inline void exp_scaled(const double* x, double* out, int64_t n, double shift, double scale) {
+  for (int64_t i = 0; i < n; ++i) out[i] = std::exp(x[i] - shift) * scale;
+}
+inline void exp_scaled(const float* x, float* out, int64_t n, float shift, float scale) {
+  int64_t i = 0;
+#ifdef LOOM_XENT_AVX2
+  const __m256 vs = _mm256_set1_ps(shift), vc = _mm256_set1_ps(scale);
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs)), vc));
+#endif
+  for (; i < n; ++i) out[i] = std::exp(x[i] - shift) * scale;
+}
+
+// log Σ exp over a row of V logits, one pass with a running max (online softmax) over chunks.
+template <typename T, typename C>
+C row_lse(const T* x, int64_t v, C* scratch) {
+  constexpr C neg_inf = -std::numeric_limits<C>::infinity();
+  C m = neg_inf, s = 0;
+  for (int64_t c0 = 0; c0 < v; c0 += kVocabChunk) {
+    const int64_t n = std::min(kVocabChunk, v - c0);
+    const C* xv = row_as(x + c0, scratch, n);
+    const C cm = max_of(xv, n);
+    if (cm > m) {
+      s = m == neg_inf ? C(0) : s * std::exp(m - cm);
+      m = cm;
+    }
+    if (m != neg_inf) s += sum_exp(xv, n, m);
+    else s += sum_exp(xv, n, C(0));  // all −inf so far; a NaN still reaches s
+  }
+  return m == neg_inf ? m : m + std::log(s);
+}
+
+// out = (softmax(x) − onehot(label)) · coef for one row; out may alias x when T == C.
+template <typename T, typename C>
+void row_grad(const T* x, T* out, int64_t v, C lse, int64_t label, C coef, C* xs, C* os) {
+  for (int64_t c0 = 0; c0 < v; c0 += kVocabChunk) {
+    const int64_t n = std::min(kVocabChunk, v - c0);
+    const C* xv = row_as(x + c0, xs, n);
+    C* ov = out_row(out + c0, os);
+    exp_scaled(xv, ov, n, lse, coef);
+    if (label >= c0 && label < c0 + n) ov[label - c0] -= coef;
+    finish_row(ov, out + c0, n);
+  }
+}
+
+std::vector<int64_t> labels_vector(const Tensor& labels) {
+  Tensor c = labels.contiguous();
+  std::vector<int64_t> v(static_cast<size_t>(c.numel()));
+  for (int64_t i = 0; i < c.numel(); ++i) v[i] = index_at(c, i);
+  return v;
+}
+
+// "[b, s]" for flat position i of a tensor of `shape`.
+std::string position_str(const Shape& shape, int64_t i) {
+  std::vector<int64_t> idx(static_cast<size_t>(std::max(shape.ndim(), 1)));
+  for (int d = shape.ndim() - 1; d >= 0; --d) {
+    idx[d] = i % shape[d];
+    i /= shape[d];
+  }
+  std::string s = "[";
+  for (size_t d = 0; d < idx.size(); ++d) s += (d ? ", " : "") + std::to_string(idx[d]);
+  return s + "]";
+}
+
+// Calls fn.template operator()<T, C>() for the storage type T of `dtype` and its compute type.
+template <typename Fn>
+void dispatch_xent(DType dtype, const char* op, Fn&& fn) {
+  LOOM_DISPATCH_FLOATING(dtype, op, [&] { fn.template operator()<scalar_t, compute_t<scalar_t>>(); });
+}
+
+void check_row_weights(const Tensor& row_weights, int64_t n) {
+  LOOM_ASSERT(row_weights.dtype() == DType::f64 && row_weights.numel() == n && row_weights.is_contiguous(),
+              "row weights must be contiguous float64 [", n, "]");
+}
+
+}  // namespace
+
+Tensor cross_entropy_row_weights(const Tensor& labels, const Tensor& loss_mask, int64_t ignore_index,
+                                 int64_t vocab, const char* op) {
+  LOOM_CHECK(labels.dtype() == DType::i64 || labels.dtype() == DType::i32, DTypeError, op,
+             ": labels must be int32 or int64, got ", dtype_name(labels.dtype()));
+  const int64_t n = labels.numel();
+  Tensor w = Tensor::empty({n}, DType::f64);
+  double* pw = w.data<double>();
+  std::vector<int64_t> lab = labels_vector(labels);
+  if (loss_mask.defined()) {
+    LOOM_CHECK(loss_mask.shape() == labels.shape(), ShapeError, op, ": loss_mask has shape ",
+               loss_mask.shape().str(), " but labels have shape ", labels.shape().str(),
+               "; give one mask value per label");
+    std::vector<double> m = loss_mask.to_double_vector();
+    std::copy(m.begin(), m.end(), pw);
+  } else {
+    std::fill(pw, pw + n, 1.0);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (lab[i] == ignore_index) {
+      pw[i] = 0.0;
+      continue;
+    }
+    LOOM_CHECK(lab[i] >= 0 && lab[i] < vocab, ValueError, op, ": labels", position_str(labels.shape(), i),
+               " = ", lab[i], " is outside the vocabulary [0, ", vocab, ") and is not ignore_index (",
+               ignore_index, "); check the tokenizer's vocab_size against the model's");
+  }
+  return w;
+}
+
+// ---- cross_entropy over materialised logits ----------------------------------------------------
+
+double cross_entropy_forward(const Tensor& logits, const Tensor& labels, const Tensor& row_weights,
+                             Tensor& lse) {
+  const int64_t N = logits.shape()[0], V = logits.shape()[1];
+  check_row_weights(row_weights, N);
+  Tensor lc = logits.strides()[1] == 1 ? logits : logits.contiguous();
+  const int64_t ld = N > 1 ? lc.strides()[0] : V;
+  const std::vector<int64_t> lab = labels_vector(labels);
+  const double* pw = row_weights.data<double>();
+  std::vector<double> ce(static_cast<size_t>(N), 0.0);
+  dispatch_xent(logits.dtype(), "cross_entropy", [&]<typename T, typename C>() {
+    lse = Tensor::empty({N}, dtype_of<C>::value);
+    C* pl = lse.data<C>();
+    const T* px = lc.data<T>();
+    parallel_for(0, N, std::max<int64_t>(1, 65536 / std::max<int64_t>(V, 1)), [&](int64_t b, int64_t e) {
+      std::vector<C> scratch(static_cast<size_t>(std::min(kVocabChunk, V)));
+      for (int64_t r = b; r < e; ++r) {
+        if (pw[r] == 0.0) {
+          pl[r] = 0;
+          continue;
+        }
+        LOOM_ASSERT(lab[r] >= 0 && lab[r] < V, "unchecked label ", lab[r]);
+        const T* row = px + r * ld;
+        const C l = row_lse(row, V, scratch.data());
+        pl[r] = l;
+        ce[r] = static_cast<double>(l - cast_scalar<C>(row[lab[r]]));
+      }
+    });
+  });
+  double total = 0;  // in row order: the same sum for any thread count
+  for (int64_t r = 0; r < N; ++r)
+    if (pw[r] != 0.0) total += ce[r] * pw[r];
+  return total;
+}
+
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& row_weights,
+                              const Tensor& lse, double scale) {
+  const int64_t N = logits.shape()[0], V = logits.shape()[1];
+  check_row_weights(row_weights, N);
+  Tensor lc = logits.strides()[1] == 1 ? logits : logits.contiguous();
+  const int64_t ld = N > 1 ? lc.strides()[0] : V;
+  const std::vector<int64_t> lab = labels_vector(labels);
+  const double* pw = row_weights.data<double>();
+  Tensor out = Tensor::empty({N, V}, logits.dtype());
+  dispatch_xent(logits.dtype(), "cross_entropy_backward", [&]<typename T, typename C>() {
+    Tensor lsec = lse.to(dtype_of<C>::value).contiguous();
+    const C* pl = lsec.data<C>();
+    const T* px = lc.data<T>();
+    T* po = out.data<T>();
+    parallel_for(0, N, std::max<int64_t>(1, 65536 / std::max<int64_t>(V, 1)), [&](int64_t b, int64_t e) {
+      const size_t chunk = static_cast<size_t>(std::min(kVocabChunk, V));
+      std::vector<C> xs(chunk), os(chunk);
+      for (int64_t r = b; r < e; ++r) {
+        T* orow = po + r * V;
+        if (pw[r] == 0.0) {
+          std::memset(static_cast<void*>(orow), 0, static_cast<size_t>(V) * sizeof(T));
+          continue;
+        }
+        row_grad(px + r * ld, orow, V, pl[r], lab[r], static_cast<C>(pw[r] * scale), xs.data(), os.data());
+      }
+    });
+  });
+  return out;
+}
+
+// ---- linear_cross_entropy: chunks of tokens, never the full logits ------------------------------
+
+int64_t linear_cross_entropy_chunk(int64_t n, int64_t v, int64_t requested) {
+  if (n <= 0) return 1;
+  if (requested > 0) return std::min(requested, n);
+  const int64_t target = (int64_t{1} << 23) / std::max<int64_t>(v, 1);  // ~32 MB of fp32 logits
+  return std::clamp<int64_t>(target, 16, n);
+}
+
+namespace {
+
+struct LinearXentSetup {
+  int64_t n, d, v, chunk;
+  DType compute;
+  Tensor hidden, weight;  // in the compute dtype
+  std::vector<int64_t> labels;
+};
+
+LinearXentSetup linear_setup(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
+                             const Tensor& row_weights, int64_t chunk_tokens) {
+  LinearXentSetup s;
+  s.n = hidden.shape()[0];
+  s.d = hidden.shape()[1];
+  s.v = weight.shape()[0];
+  check_row_weights(row_weights, s.n);
+  s.chunk = linear_cross_entropy_chunk(s.n, s.v, chunk_tokens);
+  s.compute = hidden.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  // One conversion up front (a no-op for f32): every chunk's GEMM reads the same weight.
+  s.hidden = hidden.to(s.compute);
+  s.weight = weight.to(s.compute);
+  s.labels = labels_vector(labels);
+  return s;
+}
+
+bool chunk_has_weight(const double* pw, int64_t t0, int64_t c) {
+  for (int64_t r = t0; r < t0 + c; ++r)
+    if (pw[r] != 0.0) return true;
+  return false;
+}
+
+}  // namespace
+
+double linear_cross_entropy_forward(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
+                                    const Tensor& row_weights, int64_t chunk_tokens, Tensor& lse) {
+  LinearXentSetup s = linear_setup(hidden, weight, labels, row_weights, chunk_tokens);
+  const double* pw = row_weights.data<double>();
+  std::vector<double> ce(static_cast<size_t>(s.n), 0.0);
+  lse = Tensor::zeros({s.n}, s.compute);
+  Tensor buf = Tensor::empty({s.chunk, s.v}, s.compute);
+  dispatch_xent(s.compute, "linear_cross_entropy", [&]<typename T, typename C>() {
+    C* pl = lse.data<C>();
+    for (int64_t t0 = 0; t0 < s.n; t0 += s.chunk) {
+      const int64_t c = std::min(s.chunk, s.n - t0);
+      if (!chunk_has_weight(pw, t0, c)) continue;
+      Tensor logits = buf.narrow(0, 0, c);
+      gemm(s.hidden.narrow(0, t0, c), false, s.weight, true, logits, 1.0, 0.0);
+      const C* px = logits.data<C>();
+      parallel_for(0, c, std::max<int64_t>(1, 65536 / std::max<int64_t>(s.v, 1)), [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          const int64_t r = t0 + i;
+          if (pw[r] == 0.0) continue;
+          LOOM_ASSERT(s.labels[r] >= 0 && s.labels[r] < s.v, "unchecked label ", s.labels[r]);
+          const C* row = px + i * s.v;
+          const C l = row_lse<C, C>(row, s.v, nullptr);
+          pl[r] = l;
+          ce[r] = static_cast<double>(l - row[s.labels[r]]);
+        }
+      });
+    }
+  });
+  double total = 0;
+  for (int64_t r = 0; r < s.n; ++r)
+    if (pw[r] != 0.0) total += ce[r] * pw[r];
+  return total;
+}
+
+void linear_cross_entropy_backward(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
+                                   const Tensor& row_weights, const Tensor& lse, double scale,
+                                   int64_t chunk_tokens, Tensor* dhidden, Tensor* dweight) {
+  LinearXentSetup s = linear_setup(hidden, weight, labels, row_weights, chunk_tokens);
+  const double* pw = row_weights.data<double>();
+  Tensor dh = dhidden ? Tensor::zeros({s.n, s.d}, s.compute) : Tensor();
+  Tensor dw = dweight ? Tensor::zeros({s.v, s.d}, s.compute) : Tensor();
+  Tensor buf = Tensor::empty({s.chunk, s.v}, s.compute);
+  Tensor lsec = lse.to(s.compute).contiguous();
+  dispatch_xent(s.compute, "linear_cross_entropy_backward", [&]<typename T, typename C>() {
+    const C* pl = lsec.data<C>();
+    for (int64_t t0 = 0; t0 < s.n; t0 += s.chunk) {
+      const int64_t c = std::min(s.chunk, s.n - t0);
+      if (!chunk_has_weight(pw, t0, c)) continue;  // zero dlogits: dh rows stay 0, dw unchanged
+      Tensor dlogits = buf.narrow(0, 0, c);
+      Tensor h = s.hidden.narrow(0, t0, c);
+      gemm(h, false, s.weight, true, dlogits, 1.0, 0.0);  // recompute the chunk's logits
+      C* px = dlogits.data<C>();
+      parallel_for(0, c, std::max<int64_t>(1, 65536 / std::max<int64_t>(s.v, 1)), [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          const int64_t r = t0 + i;
+          C* row = px + i * s.v;
+          if (pw[r] == 0.0) {
+            std::fill(row, row + s.v, C(0));
+            continue;
+          }
+          row_grad<C, C>(row, row, s.v, pl[r], s.labels[r], static_cast<C>(pw[r] * scale), nullptr, nullptr);
+        }
+      });
+      if (dhidden) {
+        Tensor dh_chunk = dh.narrow(0, t0, c);
+        gemm(dlogits, false, s.weight, false, dh_chunk, 1.0, 0.0);  // [c, V] · [V, D]
+      }
+      if (dweight) gemm(dlogits, true, h, false, dw, 1.0, 1.0);  // += [V, c] · [c, D]
+    }
+  });
+  if (dhidden) *dhidden = dh.to(hidden.dtype());
+  if (dweight) {
+    const bool reduced = weight.dtype() == DType::bf16 || weight.dtype() == DType::f16;
+    *dweight = dw.to(reduced ? DType::f32 : weight.dtype());
+  }
+}
+
+}  // namespace loom::kernels::cpu

@@ -1,0 +1,90 @@
+#include "loom/ops/loss.h"
+
+#include "loom/autograd/function.h"
+#include "loom/kernels/cpu/cross_entropy.h"
+
+namespace loom::ops {
+
+namespace k = kernels::cpu;
+using autograd::BackwardContext;
+using autograd::record;
+using Grads = std::vector<Tensor>;
+
+namespace {
+
+// semantics.md §1.2: the denominator's epsilon.
+constexpr double kMaskEpsilon = 1e-8;
+
+DType loss_dtype(DType input) { return input == DType::f64 ? DType::f64 : DType::f32; }
+
+double mask_sum(const Tensor& row_weights) {
+  const double* p = row_weights.data<double>();
+  double s = 0;
+  for (int64_t i = 0; i < row_weights.numel(); ++i) s += p[i];
+  return s;
+}
+
+void check_labels_shape(const char* op, const Tensor& input, const Tensor& labels, const char* what) {
+  Shape rows = input.shape();
+  rows.pop_back();
+  LOOM_CHECK(labels.shape() == rows, ShapeError, op, ": labels have shape ", labels.shape().str(),
+             " but ", what, " ", input.shape().str(), " needs one label per row, i.e. ", rows.str());
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_mask,
+                     int64_t ignore_index) {
+  check_floating(logits, "cross_entropy", "logits");
+  check_device_supported(logits.device(), "cross_entropy");
+  LOOM_CHECK(logits.dim() >= 1, ShapeError, "cross_entropy: logits must be [..., vocab], got a scalar");
+  check_labels_shape("cross_entropy", logits, labels, "logits");
+  const int64_t V = logits.shape()[logits.dim() - 1];
+  const int64_t N = labels.numel();
+  Tensor weights = k::cross_entropy_row_weights(labels, loss_mask, ignore_index, V, "cross_entropy");
+  Tensor logits2 = logits.dim() == 2 ? logits : logits.reshape({N, V});
+  Tensor lse;
+  const double total = k::cross_entropy_forward(logits2, labels, weights, lse);
+  const double denom = mask_sum(weights) + kMaskEpsilon;
+  Tensor loss = Tensor::scalar(total / denom, loss_dtype(logits.dtype()));
+  record("cross_entropy", {&logits}, {&loss}, {logits2, labels, weights, lse},
+         [denom, shape = logits.shape()](const Grads& g, const BackwardContext& ctx) -> Grads {
+           const double scale = g[0].item() / denom;
+           Tensor d = k::cross_entropy_backward(ctx.saved(0), ctx.saved(1), ctx.saved(2), ctx.saved(3), scale);
+           return {d.view(shape)};
+         });
+  return loss;
+}
+
+Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
+                            const Tensor& loss_mask, int64_t ignore_index, int64_t chunk_tokens) {
+  const char* op = "linear_cross_entropy";
+  check_floating(hidden, op, "hidden");
+  check_device_supported(hidden.device(), op);
+  check_same_dtype(hidden, weight, op);
+  LOOM_CHECK(weight.dim() == 2, ShapeError, op, ": weight must be [vocab, hidden], got ", weight.shape().str());
+  LOOM_CHECK(hidden.dim() >= 1 && hidden.shape()[hidden.dim() - 1] == weight.shape()[1], ShapeError, op,
+             ": hidden ", hidden.shape().str(), " has last dim ", hidden.dim() ? hidden.shape()[hidden.dim() - 1] : 0,
+             " but weight ", weight.shape().str(), " expects ", weight.shape()[1], " (weight is [vocab, hidden])");
+  check_labels_shape(op, hidden, labels, "hidden");
+  const int64_t V = weight.shape()[0], D = weight.shape()[1], N = labels.numel();
+  Tensor weights = k::cross_entropy_row_weights(labels, loss_mask, ignore_index, V, op);
+  Tensor hidden2 = hidden.dim() == 2 ? hidden : hidden.reshape({N, D});
+  Tensor lse;
+  const double total = k::linear_cross_entropy_forward(hidden2, weight, labels, weights, chunk_tokens, lse);
+  const double denom = mask_sum(weights) + kMaskEpsilon;
+  Tensor loss = Tensor::scalar(total / denom, loss_dtype(hidden.dtype()));
+  record(op, {&hidden, &weight}, {&loss}, {hidden2, weight, labels, weights, lse},
+         [denom, chunk_tokens, shape = hidden.shape()](const Grads& g, const BackwardContext& ctx) -> Grads {
+           const double scale = g[0].item() / denom;
+           Tensor dh, dw;
+           k::linear_cross_entropy_backward(ctx.saved(0), ctx.saved(1), ctx.saved(2), ctx.saved(3),
+                                            ctx.saved(4), scale, chunk_tokens,
+                                            ctx.needs_input_grad(0) ? &dh : nullptr,
+                                            ctx.needs_input_grad(1) ? &dw : nullptr);
+           return {dh.defined() ? dh.view(shape) : dh, dw};
+         });
+  return loss;
+}
+
+}  // namespace loom::ops

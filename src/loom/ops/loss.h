@@ -1,0 +1,26 @@
+// Token-mean cross-entropy as MindFormers' CrossEntropyLoss (semantics.md §1.2):
+//   loss = Σ ce_t · mask_t / (Σ mask_t + 1e-8),  mask = loss_mask · (labels != ignore_index).
+// The loss is a float32 scalar (float64 for f64 inputs) whatever the logits' dtype.
+#pragma once
+
+#include <cstdint>
+
+#include "loom/core/tensor.h"
+
+namespace loom::ops {
+
+// logits [..., V] (f32/bf16/f16/f64), labels [...] int32/int64, loss_mask [...] (any dtype;
+// undefined = all ones). Fused: per-row log-sum-exp over vocabulary chunks in fp32, no fp32 copy
+// of bf16 logits; backward recomputes softmax from the saved lse in one pass. Labels outside
+// [0, V) other than ignore_index throw ValueError naming the position.
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_mask = Tensor(),
+                     int64_t ignore_index = -100);
+
+// cross_entropy(linear(hidden, weight), labels, ...) without materialising the [N, V] logits:
+// hidden [..., D], weight [V, D]. Tokens go through in chunks of `chunk_tokens` (<= 0: about 8M
+// logits per chunk); backward recomputes each chunk's logits. Grad of a bf16/f16 weight is fp32.
+Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
+                            const Tensor& loss_mask = Tensor(), int64_t ignore_index = -100,
+                            int64_t chunk_tokens = 0);
+
+}  // namespace loom::ops
