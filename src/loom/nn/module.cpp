@@ -252,7 +252,8 @@ std::vector<Tensor> Module::call_operation(const std::string& name, const std::v
 }
 
 Tensor Module::invoke1(const Tensor& input, const std::function<Tensor(const Tensor&)>& body) {
-  return invoke({input}, [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{body(in[0])}; })[0];
+  // `body` is copied, not referenced: recompute may call it again during backward.
+  return invoke({input}, [body](const std::vector<Tensor>& in) { return std::vector<Tensor>{body(in[0])}; })[0];
 }
 
 }  // namespace loom::nn

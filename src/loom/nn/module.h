@@ -108,7 +108,9 @@ class Module {
     add_child(name, module);
     return module;
   }
-  // Every module's forward goes through here so that wrappers apply.
+  // Every module's forward goes through here so that wrappers apply. The body may be called
+  // again later (recompute re-runs it during backward), so it must own what it captures:
+  // capture by value ([this, ctx, x]), never [&] to locals of the caller.
   std::vector<Tensor> invoke(const std::vector<Tensor>& inputs, const TensorFn& body);
   Tensor invoke1(const Tensor& input, const std::function<Tensor(const Tensor&)>& body);
   void register_operation(const std::string& name);

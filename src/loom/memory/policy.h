@@ -1,0 +1,61 @@
+// Memory policy: which layers are fully recomputed, which modules inside which layers are
+// selectively recomputed, which operations get communication recompute, which layers/modules
+// swap their activations. plan_memory() resolves the user's patterns against the model and
+// validates the combination (spec/memory_optimization.md "Combination Constraints");
+// apply_memory_plan() installs it by wrapping module forwards from outside.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "loom/memory/layer_paths.h"
+#include "loom/memory/swap.h"
+
+namespace loom::memory {
+
+struct RecomputeOptions {
+  enum class Mode { none, full, select };
+  Mode mode = Mode::none;
+  std::set<int64_t> full_layers;            // full_recompute_layer
+  std::vector<PathSelection> select;        // select_module (module-path regexes)
+  std::vector<std::string> exclude_ops;     // case-insensitive substrings of op names
+  bool comm_enable = false;                 // recompute_comm.enable
+  std::vector<PathSelection> comm_select;   // recompute_comm.select_module (operation paths)
+};
+
+struct SwapOptions {
+  bool enable = false;
+  int64_t prefetch = 1;                     // default_prefetch
+  std::set<int64_t> layers;                 // layer_swap (all entries merged)
+  std::vector<PathSelection> op_swap;       // op_name regexes over module paths
+};
+
+struct MemoryPlan {
+  std::set<int64_t> full_recompute;
+  std::map<int64_t, std::vector<std::string>> select_recompute;  // layer → module paths
+  std::map<int64_t, std::vector<std::string>> comm_recompute;    // layer → operation paths
+  std::set<int64_t> swap_layers;
+  std::map<int64_t, std::vector<std::string>> op_swap;           // layer → module paths
+  int64_t prefetch = 1;
+  std::vector<std::string> warnings;                             // also logged
+  std::string summary() const;
+};
+
+// `layers` are the transformer layers present on this process (MTP layer i has index
+// num_layers + i). Throws ConfigError for invalid combinations.
+MemoryPlan plan_memory(const std::vector<LayerRef>& layers, int64_t num_layers, const RecomputeOptions& recompute,
+                       const SwapOptions& swap);
+
+// Installs the plan. `parameters` are never swapped. Returns the swap manager (null when no
+// swap) so callers can read its statistics.
+std::shared_ptr<SwapManager> apply_memory_plan(nn::Module& model, const std::vector<LayerRef>& layers,
+                                               const MemoryPlan& plan, const RecomputeOptions& recompute);
+
+// The checkpoint save policy for exclude_op: keep outputs of ops whose name contains any entry.
+bool op_is_excluded(const char* op, const std::vector<std::string>& exclude_ops);
+
+}  // namespace loom::memory
