@@ -129,6 +129,24 @@ TEST(LoaderOptions, ParsesTheTrainDatasetSection) {
   EXPECT_EQ(alias.config.data_path, (std::vector<std::string>{"0.3", "/a", "0.7", "/b"}));
 }
 
+// The config layer's typed section (fixed fields + dataloader extras) gives the same options.
+TEST(LoaderOptions, FromTypedSections) {
+  const Json full = minimal_section("/data/x");
+  Json extras = full["dataloader"];
+  extras.erase("type");
+  extras.erase("shuffle");
+  extras.erase("column_names");
+  const LoaderOptions o = LoaderOptions::from_sections("BlendedMegatronDatasetDataLoader", true,
+                                                       {"input_ids", "labels"}, extras, false, 3, 2);
+  EXPECT_TRUE(o.shuffle);
+  EXPECT_FALSE(o.drop_remainder);
+  EXPECT_EQ(o.num_parallel_workers, 3);
+  EXPECT_EQ(o.prefetch_size, 2);
+  EXPECT_EQ(*o.sizes[0], 40);
+  EXPECT_EQ(o.config.seq_length, 8);
+  EXPECT_EQ(o.column_names, (std::vector<std::string>{"input_ids", "labels"}));
+}
+
 TEST(LoaderOptions, ErrorsNameTheField) {
   auto with = [](const std::function<void(Json&)>& edit) {
     Json j = minimal_section("/data/x");

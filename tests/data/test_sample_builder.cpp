@@ -101,15 +101,17 @@ TEST(SampleBuilder, DocumentEndsPaddedWithSequenceLength) {
   EXPECT_EQ(d.ends, (std::vector<int32_t>{2, 5, 5}));
 }
 
+// Every document needs an entry, the last one S, so the attention op sees the whole window.
 TEST(SampleBuilder, TooManyDocumentsForEodPadLength) {
   SampleOptions o = eod_options(8);
   o.create_compressed_eod_mask = true;
-  Columns c(8, 1);
+  Columns c(8, 2);  // two EODs make three documents
   try {
     build_sample(kText, o, false, c.spans());
     FAIL() << "expected DataError";
   } catch (const loom::DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("packs 2 EOD tokens, more than train_dataset.dataloader.config.eod_pad_length = 1"),
+    EXPECT_NE(std::string(e.what()).find("packs 3 documents (2 EOD tokens before its last position), more than "
+                                     "train_dataset.dataloader.config.eod_pad_length = 2"),
               std::string::npos)
         << e.what();
   }

@@ -21,7 +21,8 @@ struct Batch {
   // Compressed EOD mask, defined when create_compressed_eod_mask is on (K = eod_pad_length):
   //  document_ends   int32 [B, K]: per sample, the ascending exclusive end of each packed
   //                  document (EOD position + 1), a final EOD at S-1 omitted, padded with S.
-  //                  This is MindFormers' per-sample `actual_seq_len`; the attention op
+  //                  This is MindFormers' per-sample `actual_seq_len` (the last entry is always S:
+  //                  a sample holds at most K documents); the attention op
   //                  (ops::attention's document mask) consumes it: query q of document [a, b)
   //                  attends to keys k with a <= k <= q.
   //  actual_seq_len  int32 [B, K]: the same ends in MindFormers' batched TND form, row j offset

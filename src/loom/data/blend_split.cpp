@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <regex>
 #include <sstream>
 
 #include "loom/core/error.h"
@@ -87,12 +86,21 @@ std::vector<double> normalize_weights(const std::vector<double>& weights) {
 
 std::array<double, kNumSplits> parse_split(const std::string& split, const std::string& field) {
   std::vector<double> values;
-  const std::regex number("[.0-9]+");
-  for (auto it = std::sregex_iterator(split.begin(), split.end(), number); it != std::sregex_iterator(); ++it) {
-    const auto v = parse_python_float(it->str());
-    LOOM_CHECK(v.has_value(), ConfigError, field, ": '", it->str(), "' in \"", split,
+  // re.findall(r"[.0-9]+", split)
+  for (size_t i = 0; i < split.size();) {
+    auto in_class = [](char c) { return c == '.' || (c >= '0' && c <= '9'); };
+    if (!in_class(split[i])) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < split.size() && in_class(split[j])) ++j;
+    const std::string run = split.substr(i, j - i);
+    const auto v = parse_python_float(run);
+    LOOM_CHECK(v.has_value(), ConfigError, field, ": '", run, "' in \"", split,
                "\" is not a number (write ratios like \"949,50,1\")");
     values.push_back(*v);
+    i = j;
   }
   LOOM_CHECK(values.size() <= kNumSplits, ConfigError, field, ": \"", split, "\" gives ", values.size(),
              " ratios; at most 3 (train, valid, test) are allowed");

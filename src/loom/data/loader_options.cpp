@@ -210,8 +210,8 @@ LoaderOptions LoaderOptions::from_json(const Json& json, const std::string& fiel
     } else if (key == "prefetch_size") {
       o.prefetch_size = get_int(v, f);
       LOOM_CHECK(o.prefetch_size >= 1, ConfigError, f, ": must be at least 1, got ", o.prefetch_size);
-    } else if (key == "numa_enable") {
-      get_bool(v, f);  // accepted; NUMA placement is left to the OS
+    } else if (key == "numa_enable" || key == "use_distribute_dataset") {
+      get_bool(v, f);  // accepted; NUMA placement is left to the OS, every rank reads its shard
     } else {
       log::warn(f, " is not a train_dataset option and is ignored");
     }
@@ -226,6 +226,27 @@ LoaderOptions LoaderOptions::from_json(const Json& json, const std::string& fiel
   LOOM_CHECK(has_config, ConfigError, dl_field,
              ".config is required (seq_length, data_path, split, ...)");
   return o;
+}
+
+LoaderOptions LoaderOptions::from_sections(const std::string& type, bool shuffle,
+                                          const std::vector<std::string>& column_names,
+                                          const Json& dataloader_extras, bool drop_remainder,
+                                          int64_t num_parallel_workers, int64_t prefetch_size) {
+  Json dataloader = Json::object();
+  dataloader["type"] = type;
+  dataloader["shuffle"] = shuffle;
+  dataloader["column_names"] = column_names;
+  if (!dataloader_extras.is_null()) {
+    LOOM_CHECK(dataloader_extras.is_object(), TypeError, "train_dataset.dataloader: expected a map, got ",
+               shown(dataloader_extras));
+    for (auto it = dataloader_extras.begin(); it != dataloader_extras.end(); ++it) dataloader[it.key()] = it.value();
+  }
+  Json section = Json::object();
+  section["dataloader"] = std::move(dataloader);
+  section["drop_remainder"] = drop_remainder;
+  section["num_parallel_workers"] = num_parallel_workers;
+  section["prefetch_size"] = prefetch_size;
+  return from_json(section);
 }
 
 }  // namespace loom::data

@@ -59,6 +59,12 @@ struct LoaderOptions {
   // column_names, shuffle, config: {...}}, drop_remainder, num_parallel_workers, prefetch_size}.
   static LoaderOptions from_json(const nlohmann::ordered_json& json,
                                  const std::string& field = "train_dataset");
+  // The same from the config layer's typed section: the fixed dataloader fields, the dataloader
+  // extras (datasets_type, sizes, config) as JSON, and the train_dataset scalars.
+  static LoaderOptions from_sections(const std::string& type, bool shuffle,
+                                     const std::vector<std::string>& column_names,
+                                     const nlohmann::ordered_json& dataloader_extras, bool drop_remainder,
+                                     int64_t num_parallel_workers, int64_t prefetch_size);
 };
 
 }  // namespace loom::data

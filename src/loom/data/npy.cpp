@@ -1,7 +1,6 @@
 #include "loom/data/npy.h"
 
 #include <cstring>
-#include <regex>
 
 #include "loom/core/error.h"
 #include "loom/data/atomic_file.h"
@@ -60,20 +59,34 @@ NpyArray read_npy(const std::string& path) {
   LOOM_CHECK(raw.size() >= header_at + header_len, DataError, path,
              ": truncated .npy header at byte offset ", raw.size());
   const std::string header = raw.substr(header_at, header_len);
-  std::smatch m;
+  // The header is a Python dict literal; the three keys numpy writes are all we need.
+  auto value_after = [&](const std::string& key) -> std::string {
+    const auto at = header.find("'" + key + "'");
+    LOOM_CHECK(at != std::string::npos, DataError, path, ": .npy header has no ", key);
+    const auto colon = header.find(':', at);
+    LOOM_CHECK(colon != std::string::npos, DataError, path, ": malformed .npy header");
+    const auto begin = header.find_first_not_of(" ", colon + 1);
+    LOOM_CHECK(begin != std::string::npos, DataError, path, ": malformed .npy header");
+    const char open = header[begin];
+    const char close = open == '\'' ? '\'' : open == '(' ? ')' : ',';
+    const auto end = header.find(close, begin + 1);
+    LOOM_CHECK(end != std::string::npos, DataError, path, ": malformed .npy header");
+    return open == '\'' || open == '(' ? header.substr(begin + 1, end - begin - 1) : header.substr(begin, end - begin);
+  };
   NpyArray array;
-  LOOM_CHECK(std::regex_search(header, m, std::regex("'descr':\\s*'([^']+)'")), DataError, path,
-             ": .npy header has no descr");
-  array.descr = m[1];
-  LOOM_CHECK(std::regex_search(header, m, std::regex("'fortran_order':\\s*(True|False)")) &&
-                 m[1] == "False",
-             DataError, path, ": only C-order .npy arrays are supported");
-  LOOM_CHECK(std::regex_search(header, m, std::regex("'shape':\\s*\\(([^)]*)\\)")), DataError, path,
-             ": .npy header has no shape");
-  const std::string dims = m[1];
-  std::regex number("[0-9]+");
-  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), number); it != std::sregex_iterator(); ++it) {
-    array.shape.push_back(std::stoll(it->str()));
+  array.descr = value_after("descr");
+  LOOM_CHECK(value_after("fortran_order").find("False") != std::string::npos, DataError, path,
+             ": only C-order .npy arrays are supported");
+  const std::string dims = value_after("shape");
+  for (size_t i = 0; i < dims.size();) {
+    if (dims[i] < '0' || dims[i] > '9') {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < dims.size() && dims[j] >= '0' && dims[j] <= '9') ++j;
+    array.shape.push_back(std::stoll(dims.substr(i, j - i)));
+    i = j;
   }
   const size_t data_at = header_at + header_len;
   const std::string& d = array.descr;

@@ -74,9 +74,12 @@ void build_sample(std::span<const int64_t> text, const SampleOptions& o, bool is
     for (int64_t e : eods) ends.push_back(e + 1);
     if (S > 0 && token(S - 1) == o.eod && !ends.empty()) ends.pop_back();
     const int64_t k = static_cast<int64_t>(out.document_ends.size());
-    LOOM_CHECK(static_cast<int64_t>(ends.size()) <= k, DataError, "a sample packs ", ends.size(),
-               " EOD tokens, more than train_dataset.dataloader.config.eod_pad_length = ", k,
-               " allows (raise eod_pad_length)");
+    // Room for every document's end including the last one (S): MindFormers only rejects more
+    // EODs than K, which with exactly K leaves no closing S and the tail document unattended.
+    const int64_t documents = static_cast<int64_t>(ends.size()) + 1;
+    LOOM_CHECK(documents <= k, DataError, "a sample packs ", documents, " documents (", ends.size(),
+               " EOD tokens before its last position), more than train_dataset.dataloader.config."
+               "eod_pad_length = ", k, " allows (raise eod_pad_length)");
     for (int64_t i = 0; i < k; ++i) {
       out.document_ends[static_cast<size_t>(i)] =
           static_cast<int32_t>(i < static_cast<int64_t>(ends.size()) ? ends[static_cast<size_t>(i)] : S);
