@@ -1,0 +1,17 @@
+// `loom check-config`: the logic lives in the config layer (loom/config/check_config.h) so it is
+// tested without the program.
+#include <iostream>
+
+#include "command.h"
+#include "loom/config/check_config.h"
+
+namespace {
+
+int check_config_command(const std::vector<std::string>& args) {
+  return loom::config::run_check_config(args, std::cout, std::cerr);
+}
+
+}  // namespace
+
+LOOM_COMMAND("check-config", "validate a configuration and print its effective values and parallel layout",
+             check_config_command);

@@ -1,0 +1,26 @@
+// `loom check-config FILE [--world-size N] [--set key=value ...] [--quiet]`: validates a
+// configuration for N ranks (default 1), prints the effective configuration and the parallel
+// layout as YAML on stdout, warnings and errors on stderr.
+// Exit codes: 0 valid, 1 invalid, 2 unreadable file or bad command line.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "loom/config/config.h"
+
+namespace loom::config {
+
+inline constexpr int kCheckConfigValid = 0;
+inline constexpr int kCheckConfigInvalid = 1;
+inline constexpr int kCheckConfigUnreadable = 2;
+
+int run_check_config(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// The layout block printed by check-config (a YAML mapping under `parallel_layout:`).
+std::string layout_yaml(const ParallelLayout& layout, const TrainConfig& config);
+
+std::string check_config_usage();
+
+}  // namespace loom::config

@@ -1,0 +1,66 @@
+#include "loom/config/checks.h"
+#include "loom/config/config.h"
+#include "loom/config/field_reader.h"
+#include "loom/config/model_facts.h"
+#include "loom/config/overrides.h"
+#include "loom/core/log.h"
+
+namespace loom::config {
+
+LoadedConfig load_config_text(const std::string& yaml, const std::string& source, const LoadOptions& options) {
+  Diagnostics diag(source);
+  ConfigNode root = parse_config_text(yaml, source, diag, options.limits);
+  for (const auto& text : options.overrides) {
+    try {
+      apply_override(root, parse_override(text));
+    } catch (const ConfigReadError&) {
+      throw;
+    } catch (const ConfigError& e) {
+      const std::string where = "--set " + text;
+      std::string message = e.what();
+      if (message.rfind(where + ": ", 0) == 0) message = message.substr(where.size() + 2);
+      diag.error_at(SourceMark{where, 0, 0}, "", message);
+    }
+  }
+  diag.index_marks(root);
+
+  LoadedConfig loaded;
+  TrainConfig& config = loaded.config;
+  config.source = source;
+  detail::ReadContext ctx{diag, config.explicit_fields};
+  detail::read_value(ctx, root, "", config);
+  const bool typed_cleanly = !diag.has_errors();
+
+  const ModelFacts facts = model_facts(config, diag);
+  detail::check_sections(config, facts, diag);
+  detail::check_parallelism(config, facts, diag);
+  detail::check_optimizer(config, facts, diag);
+  detail::check_lr_scheduler(config, diag);
+  detail::check_memory(config, facts, diag);
+  if (options.world_size) {
+    // A mistyped batch size or degree would be replaced by its default and then produce
+    // misleading layout errors; the layout waits until the values themselves are right.
+    if (typed_cleanly)
+      loaded.layout = resolve_layout(config, *options.world_size, diag);
+    else
+      diag.note("parallel layout not checked: fix the errors above first");
+  }
+  diag.throw_if_errors();
+  loaded.warnings = diag.warnings();
+  loaded.notes = diag.notes();
+  return loaded;
+}
+
+LoadedConfig load_config_checked(const std::string& path, const LoadOptions& options) {
+  const std::string text = read_config_file(path, options.limits);
+  return load_config_text(text, path, options);
+}
+
+TrainConfig load_config(const std::string& path, const LoadOptions& options) {
+  LoadedConfig loaded = load_config_checked(path, options);
+  for (const auto& w : loaded.warnings) log::warn(w);
+  for (const auto& n : loaded.notes) log::info("note: ", n);
+  return std::move(loaded.config);
+}
+
+}  // namespace loom::config

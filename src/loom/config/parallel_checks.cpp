@@ -1,0 +1,146 @@
+// parallelism rules that hold for every world size: parallel_training.md ("Parallelism
+// Configuration Limitations", CP methods, mask compression, EP dispatcher, SP) and the
+// reference ParallelismConfig.__post_init__.
+#include "loom/config/checks.h"
+#include "loom/config/layer_spec.h"
+
+namespace loom::config::detail {
+
+namespace {
+
+void one_of(const std::string& value, const std::vector<std::string>& allowed, const std::string& path,
+            Diagnostics& diag) {
+  for (const auto& a : allowed)
+    if (a == value) return;
+  std::string list;
+  for (std::size_t i = 0; i < allowed.size(); ++i) list += (i ? ", " : "") + ("'" + allowed[i] + "'");
+  diag.error(path, "must be one of " + list + ", got '" + value + "'" + did_you_mean(value, allowed));
+}
+
+}  // namespace
+
+void check_parallelism(const TrainConfig& c, const ModelFacts& facts, Diagnostics& diag) {
+  const ParallelismConfig& p = c.parallelism;
+  const std::string P = "parallelism.";
+  const std::pair<const char*, int> degrees[] = {{"tensor_parallel", p.tensor_parallel},
+                                                 {"context_parallel", p.context_parallel},
+                                                 {"pipeline_parallel", p.pipeline_parallel},
+                                                 {"expert_parallel", p.expert_parallel},
+                                                 {"pipeline_parallel_interleave_num", p.pipeline_parallel_interleave_num},
+                                                 {"npu_nums_per_device", p.npu_nums_per_device}};
+  bool degrees_ok = true;
+  for (const auto& [name, value] : degrees)
+    if (value < 1) {
+      diag.error(P + name, "must be >= 1, got " + std::to_string(value));
+      degrees_ok = false;
+    }
+  if (p.data_parallel_shard == 0 || p.data_parallel_shard < -1)
+    diag.error(P + "data_parallel_shard", "must be -1 (shard over every data-parallel rank) or a positive shard "
+                                          "degree, got " + std::to_string(p.data_parallel_shard));
+  if (p.dense_fsdp_shard_size && *p.dense_fsdp_shard_size < 1)
+    diag.error(P + "dense_fsdp_shard_size", "must be >= 1 or null, got " + std::to_string(*p.dense_fsdp_shard_size));
+
+  one_of(p.reshard_after_forward_policy, {"always", "never", "default"}, P + "reshard_after_forward_policy", diag);
+  one_of(p.context_parallel_method, {"colossal", "ulysses", "hybrid"}, P + "context_parallel_method", diag);
+  one_of(p.moe_token_dispatcher_type, {"alltoall", "alltoall_deredundancy"}, P + "moe_token_dispatcher_type", diag);
+  one_of(p.pipeline_parallel_p2p_transport, {"auto", "plain"}, P + "pipeline_parallel_p2p_transport", diag);
+
+  // Reference ParallelismConfig.__post_init__.
+  if (p.moe_token_dispatcher_type == "alltoall_deredundancy" && p.expert_parallel < p.npu_nums_per_device)
+    diag.error(P + "expert_parallel",
+               "moe_token_dispatcher_type 'alltoall_deredundancy' requires expert_parallel >= npu_nums_per_device, "
+               "got expert_parallel " + std::to_string(p.expert_parallel) + " < npu_nums_per_device " +
+                   std::to_string(p.npu_nums_per_device) + "; raise expert_parallel or use 'alltoall'");
+
+  // SP cannot be switched off (parallel_training.md §6): the reference raises for TP without SP,
+  // Loom accepts the field and says what really happens.
+  if (p.tensor_parallel > 1 && !p.sequence_parallel && c.is_explicit(P + "sequence_parallel"))
+    diag.warn(P + "sequence_parallel", "is false but tensor_parallel is " + std::to_string(p.tensor_parallel) +
+                                           ": sequence parallelism always comes with tensor parallelism and "
+                                           "cannot be disabled; the field is ignored");
+  // With TP the field carries no information (SP is on anyway); without TP it asks for SP,
+  // which conflicts with CP and is ignored (parallel_training.md §6 note).
+  if (p.context_parallel > 1 && p.sequence_parallel && p.tensor_parallel == 1)
+    diag.warn(P + "sequence_parallel", "sequence parallelism conflicts with context parallelism "
+                                       "(context_parallel > 1); the sequence_parallel field is ignored");
+  if (c.is_explicit(P + "pipeline_parallel_microbatch_size"))
+    diag.warn(P + "pipeline_parallel_microbatch_size",
+              "is computed, not configured: it is overwritten with num_accumulation_steps = global_batch_size // "
+              "(data_parallel * local_batch_size); change the batch sizes instead");
+  if (p.pipeline_parallel_enable_dxdw_split && !p.pipeline_parallel_overlap_b_f)
+    diag.warn(P + "pipeline_parallel_enable_dxdw_split", "has no effect without pipeline_parallel_overlap_b_f");
+
+  // Context parallelism (parallel_training.md §3, reference _validate_cp_method).
+  const int cp = p.context_parallel;
+  if (cp > 1) {
+    if (p.context_parallel_method == "ulysses") {
+      if (p.ulysses_degree_in_cp && *p.ulysses_degree_in_cp != cp)
+        diag.error(P + "ulysses_degree_in_cp", "context_parallel_method 'ulysses' requires ulysses_degree_in_cp == "
+                                               "context_parallel (" + std::to_string(cp) + "), got " +
+                                                   std::to_string(*p.ulysses_degree_in_cp) + "; set it to " +
+                                                   std::to_string(cp) + " or leave it null");
+      const int u = p.ulysses_degree_in_cp.value_or(cp);
+      if (p.context_parallel_async && facts.num_attention_heads && *facts.num_attention_heads % u != 0)
+        diag.error(P + "context_parallel_async", "ulysses with context_parallel_async requires num_attention_heads % "
+                                                 "ulysses_degree == 0, got model.num_attention_heads " +
+                                                     std::to_string(*facts.num_attention_heads) + " and ulysses degree " +
+                                                     std::to_string(u));
+    } else if (p.context_parallel_method == "hybrid") {
+      if (!p.ulysses_degree_in_cp)
+        diag.error(P + "ulysses_degree_in_cp", "context_parallel_method 'hybrid' requires ulysses_degree_in_cp with "
+                                               "1 < ulysses_degree_in_cp < context_parallel (" + std::to_string(cp) +
+                                                   ") and context_parallel % ulysses_degree_in_cp == 0");
+      else if (const int u = *p.ulysses_degree_in_cp; !(u > 1 && u < cp && cp % u == 0))
+        diag.error(P + "ulysses_degree_in_cp", "context_parallel_method 'hybrid' requires 1 < ulysses_degree_in_cp < "
+                                               "context_parallel and context_parallel % ulysses_degree_in_cp == 0, got "
+                                               "ulysses_degree_in_cp " + std::to_string(u) + " with context_parallel " +
+                                                   std::to_string(cp));
+    }
+    if (p.context_parallel_mask_type != "causal")
+      diag.error(P + "context_parallel_mask_type", "only 'causal' is supported with context parallelism, got '" +
+                                                     p.context_parallel_mask_type + "'");
+    // Mask compression is required (parallel_training.md §3.3), with the reference's message.
+    bool eod_compressed = false, dense_mask = true;
+    const Json& dl = c.train_dataset.dataloader.extras;
+    if (auto it = dl.find("config"); it != dl.end() && it->is_object()) {
+      eod_compressed = extra_bool(*it, "create_compressed_eod_mask", "train_dataset.dataloader.config", diag).value_or(false);
+      dense_mask = extra_bool(*it, "create_attention_mask", "train_dataset.dataloader.config", diag).value_or(true);
+    }
+    if (!facts.use_attn_mask_compression && !eod_compressed)
+      diag.error(P + "context_parallel",
+                 "Context parallel (context_parallel > 1) requires a compressed attention mask. Please enable "
+                 "use_attn_mask_compression for non-eod data, or create_compressed_eod_mask for eod data. "
+                 "(model.use_attn_mask_compression: true, or train_dataset.dataloader.config."
+                 "create_compressed_eod_mask: true with create_attention_mask: false)");
+    else if (eod_compressed && dense_mask)
+      diag.warn("train_dataset.dataloader.config.create_attention_mask",
+                "should be false with create_compressed_eod_mask and context parallelism: the dense "
+                "seq_length x seq_length mask is built for nothing");
+    if (facts.seq_length && *facts.seq_length % cp != 0)
+      diag.error(P + "context_parallel", "seq_length " + std::to_string(*facts.seq_length) +
+                                             " must be divisible by context_parallel (" + std::to_string(cp) +
+                                             "): each CP rank takes a contiguous 1/context_parallel of the sequence");
+  } else if (p.ulysses_degree_in_cp || p.context_parallel_method != "colossal") {
+    if (c.is_explicit(P + "ulysses_degree_in_cp") && p.ulysses_degree_in_cp)
+      diag.warn(P + "ulysses_degree_in_cp", "has no effect while context_parallel is 1");
+  }
+
+  // Model facts every TP/EP split needs (not in the spec's list, but true of any implementation).
+  const int tp = p.tensor_parallel;
+  if (tp > 1 && facts.num_attention_heads && *facts.num_attention_heads % tp != 0)
+    diag.error(P + "tensor_parallel", "model.num_attention_heads (" + std::to_string(*facts.num_attention_heads) +
+                                          ") must be divisible by tensor_parallel (" + std::to_string(tp) +
+                                          "): tensor parallelism splits the attention heads");
+  if (tp > 1 && cp >= 1 && facts.seq_length && *facts.seq_length % cp == 0 && (*facts.seq_length / cp) % tp != 0)
+    diag.error(P + "tensor_parallel", "the sequence length per CP rank (" + std::to_string(*facts.seq_length / cp) +
+                                          ") must be divisible by tensor_parallel (" + std::to_string(tp) +
+                                          "): sequence parallelism, which comes with TP, splits it over the TP ranks");
+  if (p.expert_parallel > 1 && facts.num_experts && *facts.num_experts % p.expert_parallel != 0)
+    diag.error(P + "expert_parallel", "the number of routed experts (" + std::to_string(*facts.num_experts) +
+                                          ") must be divisible by expert_parallel (" +
+                                          std::to_string(p.expert_parallel) + ")");
+
+  if (degrees_ok) plan_pipeline(p, facts.num_layers, c, diag);
+}
+
+}  // namespace loom::config::detail

@@ -1,0 +1,244 @@
+// parallel_training.md "Parallelism Configuration Limitations", one test per item, plus the
+// other parallelism rules of the spec and the reference (__post_init__, CP methods, SP).
+#include <gtest/gtest.h>
+
+#include "config_test_util.h"
+
+using namespace loom;
+using namespace loom::config;
+using namespace loom::config::testing;
+
+// Limitation "Total scale": dp_replicate * dp_shard * cp * tp * pp == world_size.
+TEST(ParallelLimits, TotalScaleMustMatchTheWorldSize) {
+  const std::string e =
+      errors("parallelism:\n  tensor_parallel: 3\ntraining:\n  global_batch_size: 8\nmodel:\n  model_type: x\n", 8);
+  EXPECT_EQ(e, "test.yaml:1:1: parallelism: Invalid parallel dims: dp_replicate(1) * dp_shard(2) * cp(1) * tp(3) * "
+               "pp(1) = 6 != world_size(8); world_size must be divisible by tensor_parallel * pipeline_parallel * "
+               "context_parallel = 3");
+  EXPECT_NE(e.find("test.yaml:1:1: parallelism: Invalid parallel dims"),
+            std::string::npos)
+      << e;
+}
+
+// Limitation "Data parallel dimension": world // (tp * pp * cp) >= 1 and divisible by dp_shard.
+TEST(ParallelLimits, DataParallelDimensionAtLeastOne) {
+  EXPECT_NE(errors("parallelism:\n  tensor_parallel: 2\n  pipeline_parallel: 2\n", 2)
+                .find("tensor_parallel(2) * pipeline_parallel(2) * context_parallel(1) must be less than or equal to "
+                      "world_size(2)."),
+            std::string::npos);
+  EXPECT_NE(errors("parallelism:\n  data_parallel_shard: 3\ntraining:\n  global_batch_size: 10\n", 10)
+                .find("data_parallel_shard (3) must divide data_parallel (10"),
+            std::string::npos);
+}
+
+// Limitation "Batch size": data_parallel * local_batch_size <= global_batch_size (reference message).
+TEST(ParallelLimits, BatchMustCoverEveryDataParallelRank) {
+  const std::string e = errors("training:\n  global_batch_size: 4\n  local_batch_size: 1\n", 8);
+  EXPECT_NE(e.find("training.global_batch_size: The product of data_parallel and local_batch_size exceeds "
+                   "global_batch_size, please increase global_batch_size or decrease local_batch_size. "
+                   "(data_parallel 8 x local_batch_size 1 = 8 > global_batch_size 4)"),
+            std::string::npos)
+      << e;
+}
+
+// num_accumulation_steps = global_batch_size // (data_parallel * local_batch_size).
+TEST(ParallelLimits, AccumulationStepsAreInferred) {
+  LoadedConfig c = load("training:\n  global_batch_size: 32\n  local_batch_size: 2\nparallelism:\n  tensor_parallel: 2\n", 8);
+  EXPECT_EQ(c.layout->dims.data_parallel(), 4);
+  EXPECT_EQ(c.layout->samples_per_micro_step, 8);
+  EXPECT_EQ(c.layout->num_accumulation_steps, 4);
+  EXPECT_EQ(c.layout->samples_per_step, 32);
+  EXPECT_TRUE(c.warnings.empty());
+}
+
+// The spec floors silently; Loom floors too and warns, naming the dropped samples.
+TEST(ParallelLimits, AccumulationFloorsWithAWarning) {
+  LoadedConfig c = load("training:\n  global_batch_size: 10\n", 4);
+  EXPECT_EQ(c.layout->num_accumulation_steps, 2);
+  EXPECT_EQ(c.layout->samples_per_step, 8);
+  EXPECT_NE(joined(c.warnings).find("10 is not a multiple of data_parallel x local_batch_size = 4: each step accumulates "
+                                    "2 micro-batches = 8 samples, and 2 samples of every global batch are dropped"),
+            std::string::npos);
+}
+
+TEST(ParallelLimits, RampupMustSplitIntoWholeMicroSteps) {
+  EXPECT_NE(errors("training:\n  global_batch_size: 16\n  rampup_batch_size: [2, 2, 100]\n", 4)
+                .find("rampup_batch_size[0] start_global_batch_size(2) must be divisible by "
+                      "data_parallel*local_batch_size(4)."),
+            std::string::npos);
+  EXPECT_NE(errors("training:\n  global_batch_size: 16\n  rampup_batch_size: [4, 2, 100]\n", 4)
+                .find("rampup produces gbs=6 at increment k=1, which is not divisible by "
+                      "data_parallel*local_batch_size(4)."),
+            std::string::npos);
+  LoadedConfig c = load("training:\n  global_batch_size: 16\n  rampup_batch_size: [4, 4, 100]\n", 4);
+  EXPECT_EQ(c.layout->num_accumulation_steps, 1);  // at the start: 4 // 4
+}
+
+// Limitation "TP/SP": SP comes with TP and cannot be disabled. The reference raises for
+// tensor_parallel > 1 with sequence_parallel false; Loom accepts the field and warns.
+TEST(ParallelLimits, SequenceParallelComesWithTensorParallel) {
+  LoadedConfig c = load("parallelism:\n  tensor_parallel: 2\n  sequence_parallel: false\ntraining:\n  global_batch_size: 4\n", 8);
+  EXPECT_NE(joined(c.warnings).find("parallelism.sequence_parallel: is false but tensor_parallel is 2: sequence "
+                                    "parallelism always comes with tensor parallelism and cannot be disabled"),
+            std::string::npos);
+  EXPECT_TRUE(load("parallelism:\n  tensor_parallel: 2\ntraining:\n  global_batch_size: 4\n", 8).warnings.empty());
+  EXPECT_NE(warnings("parallelism:\n  context_parallel: 2\n  sequence_parallel: true\nmodel:\n  model_type: x\n"
+                     "  use_attn_mask_compression: true\n")
+                .find("conflicts with context parallelism"),
+            std::string::npos);
+}
+
+// Limitation "CP method": ulysses needs ulysses_degree_in_cp == context_parallel.
+TEST(ParallelLimits, UlyssesDegreeMustEqualContextParallel) {
+  const std::string model = "model:\n  model_type: x\n  num_attention_heads: 8\n  use_attn_mask_compression: true\n";
+  EXPECT_NE(errors("parallelism:\n  context_parallel: 4\n  context_parallel_method: ulysses\n  ulysses_degree_in_cp: 2\n" + model)
+                .find("context_parallel_method 'ulysses' requires ulysses_degree_in_cp == context_parallel (4), got 2"),
+            std::string::npos);
+  EXPECT_EQ(errors("parallelism:\n  context_parallel: 4\n  context_parallel_method: ulysses\n" + model), "");
+}
+
+// "ulysses + async also requires num_attention_heads % ulysses_degree == 0".
+TEST(ParallelLimits, UlyssesAsyncNeedsDivisibleHeads) {
+  const std::string e = errors(
+      "parallelism:\n  context_parallel: 4\n  context_parallel_method: ulysses\n  context_parallel_async: true\n"
+      "model:\n  model_type: x\n  num_attention_heads: 6\n  use_attn_mask_compression: true\n  seq_length: 64\n");
+  EXPECT_NE(e.find("ulysses with context_parallel_async requires num_attention_heads % ulysses_degree == 0, got "
+                   "model.num_attention_heads 6 and ulysses degree 4"),
+            std::string::npos)
+      << e;
+}
+
+// "hybrid requires 1 < ulysses_degree_in_cp < context_parallel and divisibility".
+TEST(ParallelLimits, HybridDegree) {
+  const std::string model = "model:\n  model_type: x\n  use_attn_mask_compression: true\n";
+  const std::string p = "parallelism:\n  context_parallel: 4\n  context_parallel_method: hybrid\n";
+  EXPECT_NE(errors(p + model).find("'hybrid' requires ulysses_degree_in_cp with 1 < ulysses_degree_in_cp < "
+                                   "context_parallel (4)"),
+            std::string::npos);
+  for (const char* bad : {"1", "4", "3"})
+    EXPECT_NE(errors(p + "  ulysses_degree_in_cp: " + bad + "\n" + model).find("got ulysses_degree_in_cp " + std::string(bad)),
+              std::string::npos)
+        << bad;
+  EXPECT_EQ(errors(p + "  ulysses_degree_in_cp: 2\n" + model), "");
+}
+
+// "When CP is enabled, the FSDP shard group size is dp_shard * cp."
+TEST(ParallelLimits, FsdpGroupIncludesContextParallel) {
+  LoadedConfig c = load("parallelism:\n  context_parallel: 2\ntraining:\n  global_batch_size: 4\nmodel:\n"
+                        "  model_type: x\n  use_attn_mask_compression: true\n",
+                        8);
+  EXPECT_EQ(c.layout->dims.fsdp(), 8);
+}
+
+// "(Required) CP mask compression" with the reference's message.
+TEST(ParallelLimits, ContextParallelNeedsACompressedMask) {
+  const std::string e = errors("parallelism:\n  context_parallel: 2\n");
+  EXPECT_NE(e.find("parallelism.context_parallel: Context parallel (context_parallel > 1) requires a compressed "
+                   "attention mask. Please enable use_attn_mask_compression for non-eod data, or "
+                   "create_compressed_eod_mask for eod data."),
+            std::string::npos)
+      << e;
+  // EOD data: create_compressed_eod_mask (with create_attention_mask false).
+  EXPECT_EQ(errors("parallelism:\n  context_parallel: 2\ntrain_dataset:\n  dataloader:\n    type: X\n    config:\n"
+                   "      create_compressed_eod_mask: true\n      create_attention_mask: false\n"),
+            "");
+  EXPECT_NE(warnings("parallelism:\n  context_parallel: 2\ntrain_dataset:\n  dataloader:\n    type: X\n    config:\n"
+                     "      create_compressed_eod_mask: true\n")
+                .find("create_attention_mask: should be false"),
+            std::string::npos);
+  // The skeleton's dataloader.config says False to both: not enough for CP.
+  EXPECT_NE(errors("parallelism:\n  context_parallel: 2\ntrain_dataset:\n  dataloader:\n    type: X\n    config:\n"
+                   "      create_compressed_eod_mask: False\n")
+                .find("requires a compressed attention mask"),
+            std::string::npos);
+}
+
+TEST(ParallelLimits, ContextParallelMaskTypeAndSequenceLength) {
+  const std::string model = "model:\n  model_type: x\n  use_attn_mask_compression: true\n  seq_length: 4097\n";
+  const std::string e = errors("parallelism:\n  context_parallel: 2\n  context_parallel_mask_type: full\n" + model);
+  EXPECT_NE(e.find("only 'causal' is supported with context parallelism, got 'full'"), std::string::npos);
+  EXPECT_NE(e.find("seq_length 4097 must be divisible by context_parallel (2)"), std::string::npos);
+}
+
+// Limitation "EP": expert_parallel divides dp_shard * cp * tp; it is not part of the world product.
+TEST(ParallelLimits, ExpertParallelDividesTheExpertBlock) {
+  const std::string e = errors("parallelism:\n  tensor_parallel: 2\n  expert_parallel: 3\ntraining:\n  global_batch_size: 4\n", 8);
+  EXPECT_NE(e.find("parallelism.expert_parallel (3) must divide dp_shard * cp * tp = 8"), std::string::npos) << e;
+  LoadedConfig c = load("parallelism:\n  expert_parallel: 8\ntraining:\n  global_batch_size: 8\n", 8);
+  EXPECT_EQ(c.layout->dims.efsdp(), 1);
+  EXPECT_EQ(c.layout->dims.data_parallel(), 8);
+}
+
+// "moe_token_dispatcher_type = alltoall_deredundancy requires expert_parallel >= npu_nums_per_device".
+TEST(ParallelLimits, DeredundancyDispatcherNeedsLargeExpertParallel) {
+  EXPECT_NE(errors("parallelism:\n  expert_parallel: 4\n  moe_token_dispatcher_type: alltoall_deredundancy\n")
+                .find("requires expert_parallel >= npu_nums_per_device, got expert_parallel 4 < npu_nums_per_device 8"),
+            std::string::npos);
+  EXPECT_EQ(errors("parallelism:\n  expert_parallel: 4\n  npu_nums_per_device: 4\n"
+                   "  moe_token_dispatcher_type: alltoall_deredundancy\n"),
+            "");
+}
+
+TEST(ParallelRules, EnumeratedValues) {
+  EXPECT_NE(errors("parallelism:\n  reshard_after_forward_policy: sometimes\n")
+                .find("must be one of 'always', 'never', 'default', got 'sometimes'"),
+            std::string::npos);
+  EXPECT_NE(errors("parallelism:\n  context_parallel_method: ulyses\n").find("did you mean 'ulysses'?"),
+            std::string::npos);
+  EXPECT_NE(errors("parallelism:\n  moe_token_dispatcher_type: allgather\n").find("must be one of 'alltoall'"),
+            std::string::npos);
+  EXPECT_NE(errors("parallelism:\n  pipeline_parallel_p2p_transport: fast\n").find("must be one of 'auto', 'plain'"),
+            std::string::npos);
+}
+
+TEST(ParallelRules, DegreesMustBePositive) {
+  const std::string e = errors("parallelism:\n  tensor_parallel: 0\n  pipeline_parallel_interleave_num: 0\n"
+                               "  data_parallel_shard: 0\n", 1);
+  EXPECT_NE(e.find("parallelism.tensor_parallel: must be >= 1, got 0"), std::string::npos);
+  EXPECT_NE(e.find("parallelism.pipeline_parallel_interleave_num: must be >= 1, got 0"), std::string::npos);
+  EXPECT_NE(e.find("parallelism.data_parallel_shard: must be -1"), std::string::npos);
+}
+
+TEST(ParallelRules, ModelMustSplitOverTensorAndExpertRanks) {
+  const std::string model = "model:\n  model_type: x\n  num_attention_heads: 6\n  n_routed_experts: 6\n  seq_length: 4096\n";
+  const std::string e = errors("parallelism:\n  tensor_parallel: 4\n  expert_parallel: 4\n" + model);
+  EXPECT_NE(e.find("model.num_attention_heads (6) must be divisible by tensor_parallel (4)"), std::string::npos);
+  EXPECT_NE(e.find("the number of routed experts (6) must be divisible by expert_parallel (4)"), std::string::npos);
+  EXPECT_NE(errors("parallelism:\n  tensor_parallel: 4\nmodel:\n  model_type: x\n  seq_length: 4098\n")
+                .find("the sequence length per CP rank (4098) must be divisible by tensor_parallel (4)"),
+            std::string::npos);
+}
+
+TEST(ParallelRules, ComputedAndReservedFieldsWarn) {
+  EXPECT_NE(warnings("parallelism:\n  pipeline_parallel_microbatch_size: 4\n").find("is computed, not configured"),
+            std::string::npos);
+  EXPECT_NE(warnings("parallelism:\n  pipeline_parallel_enable_dxdw_split: true\n")
+                .find("has no effect without pipeline_parallel_overlap_b_f"),
+            std::string::npos);
+  EXPECT_NE(warnings("parallelism:\n  data_parallel_shard: 16\ntraining:\n  global_batch_size: 8\n", 8)
+                .find("is 16 but the inferred shard degree is 8"),
+            std::string::npos);
+}
+
+TEST(ParallelRules, WorldSizeOneIsTheDefaultLayout) {
+  LoadedConfig c = load("", 1);
+  ASSERT_TRUE(c.layout.has_value());
+  EXPECT_EQ(c.layout->dims.data_parallel(), 1);
+  EXPECT_EQ(c.layout->num_accumulation_steps, 1);
+  ASSERT_TRUE(c.layout->pipeline.has_value());
+  ASSERT_EQ(c.layout->pipeline->stages.size(), 1u);
+  EXPECT_EQ(c.layout->pipeline->stages[0].layers, (LayerRange{0, 7}));
+}
+
+TEST(ParallelRules, LayoutWaitsForTypeErrors) {
+  // A mistyped batch size would fall back to 1 and fail the batch check; only the real error shows.
+  const std::string e = errors("training:\n  global_batch_size: eight\n", 8);
+  EXPECT_NE(e.find("expected int, got str 'eight'"), std::string::npos);
+  EXPECT_EQ(e.find("exceeds global_batch_size"), std::string::npos);
+}
+
+TEST(ParallelRules, ProfilerRanksOutsideTheWorldWarn) {
+  EXPECT_NE(warnings("profiler:\n  profiler_rank: [0, 9]\ntraining:\n  global_batch_size: 8\n", 8)
+                .find("profiler.profiler_rank[1]: rank 9 does not exist in a world of 8 ranks"),
+            std::string::npos);
+}
