@@ -1,5 +1,6 @@
 #include "loom/nn/linear.h"
 
+#include "loom/ops/elementwise.h"
 #include "loom/ops/index.h"
 #include "loom/ops/linear.h"
 
@@ -15,7 +16,12 @@ Linear::Linear(int64_t in_features, int64_t out_features, const LinearOptions& o
 
 Tensor Linear::forward(const Tensor& x) {
   return invoke1(x, [this](const Tensor& in) {
-    return ops::linear(in, weight_->tensor, bias_ ? bias_->tensor : Tensor());
+    // Mixed precision: parameters are stored in params_dtype and cast to the activations' dtype
+    // (compute_dtype) for the product; the cast's backward returns the grad in params_dtype.
+    Tensor w = weight_->tensor, b = bias_ ? bias_->tensor : Tensor();
+    if (w.dtype() != in.dtype()) w = ops::cast(w, in.dtype());
+    if (b.defined() && b.dtype() != in.dtype()) b = ops::cast(b, in.dtype());
+    return ops::linear(in, w, b);
   });
 }
 

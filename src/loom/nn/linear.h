@@ -12,7 +12,8 @@ struct LinearOptions {
   Device device = Device::meta();
 };
 
-// y = x · Wᵀ (+ b), W [out, in].
+// y = x · Wᵀ (+ b), W [out, in]. W and b are cast to x's dtype when they differ (params_dtype vs
+// compute_dtype).
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, const LinearOptions& options = {});

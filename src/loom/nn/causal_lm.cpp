@@ -1,0 +1,176 @@
+#include "loom/nn/causal_lm.h"
+
+#include "loom/nn/aux_loss.h"
+#include "loom/ops/elementwise.h"
+#include "loom/ops/linear.h"
+#include "loom/ops/loss.h"
+
+namespace loom::nn {
+
+namespace {
+
+// MindFormers roll_tensor: shift left by one along the sequence, zero-filling the last position.
+Tensor roll_left(const Tensor& t) {
+  if (!t.defined()) return t;
+  Tensor out = Tensor::zeros(t.shape(), t.dtype());
+  const int64_t S = t.size(t.dim() - 1);
+  if (S > 1) out.slice(t.dim() - 1, 0, S - 1).copy_(t.slice(t.dim() - 1, 1, S));
+  return out;
+}
+
+std::shared_ptr<RotaryEmbedding> make_rotary(const TransformerConfig& c) {
+  return std::make_shared<RotaryEmbedding>(c, c.multi_latent_attention ? c.qk_rope_head_dim : c.head_dim);
+}
+
+}  // namespace
+
+TransformerBlock::TransformerBlock(const TransformerConfig& c, std::shared_ptr<RotaryEmbedding> rotary)
+    : Module("TransformerBlock") {
+  layers_ = register_module("layers", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < c.num_layers; ++i) layers_->append(std::make_shared<TransformerLayer>(c, i, rotary));
+  final_layernorm_ = register_module("final_layernorm", make_norm(c, c.hidden_size));
+}
+
+std::vector<TransformerLayer*> TransformerBlock::layers() {
+  std::vector<TransformerLayer*> out;
+  for (size_t i = 0; i < layers_->size(); ++i) out.push_back(static_cast<TransformerLayer*>(layers_->at(i).get()));
+  return out;
+}
+
+Tensor TransformerBlock::forward(const Tensor& x, const Tensor& position_ids, const Tensor& doc_ends) {
+  return invoke({x, position_ids, doc_ends}, [this](const std::vector<Tensor>& in) {
+    Tensor h = in[0];
+    for (TransformerLayer* layer : layers()) h = layer->forward(h, in[1], in[2]);
+    return std::vector<Tensor>{h};
+  })[0];
+}
+
+LanguageModelEmbedding::LanguageModelEmbedding(const TransformerConfig& c)
+    : Module("LanguageModelEmbedding"), compute_dtype_(c.compute_dtype) {
+  word_embeddings_ = register_module(
+      "word_embeddings",
+      std::make_shared<Embedding>(c.vocab_size, c.hidden_size, c.params_dtype, Init::normal(c.init_std)));
+}
+
+Tensor LanguageModelEmbedding::forward(const Tensor& ids) {
+  return invoke1(ids, [this](const Tensor& in) {
+    return ops::cast(word_embeddings_->forward(in), compute_dtype_);
+  });
+}
+
+CausalLM::CausalLM(const TransformerConfig& c) : Module("CausalLM"), config_(c) {
+  rotary_ = make_rotary(c);
+  embedding_ = register_module("embedding", std::make_shared<LanguageModelEmbedding>(c));
+  decoder_ = register_module("decoder", std::make_shared<TransformerBlock>(c, rotary_));
+  if (!c.tie_word_embeddings) {
+    LinearOptions o;
+    o.dtype = c.params_dtype;
+    o.init = Init::normal(c.init_std);
+    output_layer_ = register_module("output_layer", std::make_shared<Linear>(c.hidden_size, c.vocab_size, o));
+  }
+  if (c.mtp_num_layers > 0) {
+    mtp_ = register_module("mtp", std::make_shared<MTPBlock>(c, rotary_));
+  }
+}
+
+Parameter& CausalLM::output_weight() {
+  return output_layer_ ? output_layer_->weight() : embedding_->word_embeddings().weight();
+}
+
+Tensor CausalLM::head_weight(DType dtype) { return ops::cast(output_weight().tensor, dtype); }
+
+std::vector<MTPLayer*> CausalLM::mtp_layers() {
+  return mtp_ ? mtp_->layers() : std::vector<MTPLayer*>{};
+}
+
+std::vector<MoELayer*> CausalLM::moe_layers() {
+  std::vector<MoELayer*> out;
+  for (TransformerLayer* l : decoder_->layers())
+    if (l->moe()) out.push_back(l->moe());
+  for (MTPLayer* m : mtp_layers())
+    if (m->transformer_layer().moe()) out.push_back(m->transformer_layer().moe());
+  return out;
+}
+
+std::vector<AttentionLayer*> CausalLM::attention_layers() {
+  std::vector<AttentionLayer*> out;
+  for (TransformerLayer* l : decoder_->layers()) out.push_back(&l->self_attention());
+  for (MTPLayer* m : mtp_layers()) out.push_back(&m->transformer_layer().self_attention());
+  return out;
+}
+
+void CausalLM::set_auxiliary_loss_grad_scale(double scale) {
+  aux_grad_scale_ = scale;
+  for (MoELayer* m : moe_layers()) m->router().set_aux_loss_grad_scale(scale);
+}
+
+void CausalLM::set_track_max_logits(bool on) {
+  for (AttentionLayer* a : attention_layers()) a->set_track_max_logits(on);
+}
+
+void CausalLM::update_expert_biases() {
+  for (MoELayer* m : moe_layers()) {
+    if (m->router().has_expert_bias()) m->router().update_expert_bias(m->router().tokens_per_expert());
+    m->router().reset_tokens_per_expert();
+  }
+}
+
+Tensor CausalLM::main_hidden(const Tensor& input_ids, const Tensor& position_ids, const Tensor& doc_ends,
+                             Tensor* embeds) {
+  LOOM_CHECK(input_ids.defined() && input_ids.dim() == 2, ShapeError, "CausalLM: input_ids must be [batch, seq], got ",
+             input_ids.defined() ? input_ids.shape().str() : std::string("an undefined tensor"));
+  Tensor e = embedding_->forward(input_ids);
+  if (embeds) *embeds = e;
+  return decoder_->forward(e, position_ids, doc_ends);
+}
+
+Tensor CausalLM::logits(const Tensor& input_ids, const Tensor& position_ids, const Tensor& doc_ends) {
+  Tensor h = decoder_->final_layernorm().forward(main_hidden(input_ids, position_ids, doc_ends, nullptr));
+  return ops::linear(h, head_weight(h.dtype()));
+}
+
+LMOutput CausalLM::forward(const LMBatch& b) {
+  LOOM_CHECK(b.labels.defined() && b.labels.shape() == b.input_ids.shape(), ShapeError,
+             "CausalLM: labels ", b.labels.defined() ? b.labels.shape().str() : std::string("(undefined)"),
+             " must have the shape of input_ids ", b.input_ids.shape().str());
+  LOOM_CHECK(!b.loss_mask.defined() || b.loss_mask.shape() == b.input_ids.shape(), ShapeError,
+             "CausalLM: loss_mask ", b.loss_mask.shape().str(), " must have the shape of input_ids ",
+             b.input_ids.shape().str());
+  LMOutput out;
+  Tensor h = main_hidden(b.input_ids, b.position_ids, b.doc_ends, nullptr);
+
+  auto mtp = mtp_layers();
+  if (!mtp.empty()) {
+    // Depth k predicts t_{i+k+1}: ids, labels, mask (and explicit positions) shift left k times.
+    Tensor ids = b.input_ids, labels = b.labels, mask = b.loss_mask, pos = b.position_ids;
+    if (!mask.defined()) mask = Tensor::ones(b.input_ids.shape());
+    Tensor prev = h, total;
+    for (MTPLayer* layer : mtp) {
+      ids = roll_left(ids);
+      labels = roll_left(labels);
+      mask = roll_left(mask);
+      pos = roll_left(pos);
+      Tensor hk = layer->forward(prev, embedding_->forward(ids), pos, b.doc_ends);
+      Tensor nk = layer->final_layernorm().forward(hk);
+      Tensor ce = ops::linear_cross_entropy(nk, head_weight(nk.dtype()), labels, mask);
+      out.mtp_losses.push_back(ce.detach());
+      total = total.defined() ? ops::add(total, ce) : ce;
+      prev = hk;
+    }
+    Tensor mtp_loss = ops::scale(total, config_.mtp_loss_scaling_factor / static_cast<double>(mtp.size()));
+    out.mtp_loss = mtp_loss.detach();
+    h = attach_auxiliary_loss(h, mtp_loss, aux_grad_scale_);
+  }
+
+  Tensor hn = decoder_->final_layernorm().forward(h);
+  out.loss = ops::linear_cross_entropy(hn, head_weight(hn.dtype()), b.labels, b.loss_mask);
+
+  for (MoELayer* m : moe_layers()) {
+    const Tensor& a = m->last_aux_loss();
+    if (!a.defined()) continue;
+    out.aux_loss = out.aux_loss.defined() ? ops::add(out.aux_loss, a) : a.clone();
+  }
+  return out;
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,101 @@
+// Decoder-only causal language model (Llama, Qwen3, Qwen3-MoE, DeepSeek-V3 share this tree):
+//   embedding.word_embeddings → decoder.layers.{i} → decoder.final_layernorm → output head
+// (`output_layer`, or the embedding matrix when tie_word_embeddings; then `output_layer.weight`
+// does not exist), plus DeepSeek-V3's multi-token prediction layers `mtp.layers.{k}`.
+// Nothing here knows about meshes or recompute: strategies wrap these modules from outside.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "loom/nn/mtp.h"
+
+namespace loom::nn {
+
+// One micro-batch as the data loader gives it (data::Batch field names).
+struct LMBatch {
+  Tensor input_ids;     // int32/int64 [B, S]
+  Tensor labels;        // int32/int64 [B, S]: the next token of each position
+  Tensor loss_mask;     // [B, S], 1 = counts (undefined: all ones)
+  Tensor position_ids;  // optional [B, S]; default 0..S-1
+  Tensor doc_ends;      // optional int [B, K]: packed-document ends (ops::attention doc mask)
+};
+
+struct LMOutput {
+  // float32 scalar: token-mean cross-entropy of the main head, Σ ce·mask / (Σ mask + 1e-8). The
+  // value to log and the root to call backward on: the MTP loss and the MoE balance losses are
+  // injected into its backward (each with the model's auxiliary-loss grad scale), not added.
+  Tensor loss;
+  // Detached scalar (λ/D)·Σ_k CE_k, undefined without MTP; per-depth CE_k in mtp_losses.
+  Tensor mtp_loss;
+  std::vector<Tensor> mtp_losses;
+  // Detached scalar: sum of the MoE balance losses of this forward (undefined when none).
+  Tensor aux_loss;
+};
+
+class TransformerBlock : public Module {
+ public:
+  TransformerBlock(const TransformerConfig& config, std::shared_ptr<RotaryEmbedding> rotary);
+  // Runs the layers; returns the hidden states before final_layernorm.
+  Tensor forward(const Tensor& x, const Tensor& position_ids, const Tensor& doc_ends);
+  std::vector<TransformerLayer*> layers();
+  Norm& final_layernorm() { return *final_layernorm_; }
+
+ private:
+  std::shared_ptr<ModuleList> layers_;
+  std::shared_ptr<Norm> final_layernorm_;
+};
+
+class LanguageModelEmbedding : public Module {
+ public:
+  explicit LanguageModelEmbedding(const TransformerConfig& config);
+  Tensor forward(const Tensor& ids);  // → [.., hidden] in compute_dtype
+  Embedding& word_embeddings() { return *word_embeddings_; }
+
+ private:
+  DType compute_dtype_;
+  std::shared_ptr<Embedding> word_embeddings_;
+};
+
+class CausalLM : public Module {
+ public:
+  explicit CausalLM(const TransformerConfig& config);
+  const TransformerConfig& config() const { return config_; }
+
+  LMOutput forward(const LMBatch& batch);
+  // Full logits [B, S, V] of the main head (evaluation and tests; training uses forward()).
+  Tensor logits(const Tensor& input_ids, const Tensor& position_ids = Tensor(),
+                const Tensor& doc_ends = Tensor());
+
+  LanguageModelEmbedding& embedding() { return *embedding_; }
+  TransformerBlock& decoder() { return *decoder_; }
+  Parameter& output_weight();  // output_layer.weight, or the word embeddings when tied
+  std::vector<MTPLayer*> mtp_layers();
+  std::vector<MoELayer*> moe_layers();            // decoder then MTP layers
+  std::vector<AttentionLayer*> attention_layers();  // decoder then MTP layers
+
+  // dL/d(aux) used for the injected MTP and balance losses (default 1). A trainer that calls
+  // backward on loss·s sets s here so every term is scaled alike.
+  void set_auxiliary_loss_grad_scale(double scale);
+  double auxiliary_loss_grad_scale() const { return aux_grad_scale_; }
+  void set_track_max_logits(bool on);
+  // Aux-loss-free balancing step with this process's counts: every router that has an expert
+  // bias updates it from its tokens_per_expert, then all counters reset. (Multi-process trainers
+  // sum the counts across ranks and call TopKRouter::update_expert_bias themselves.)
+  void update_expert_biases();
+
+ private:
+  Tensor main_hidden(const Tensor& input_ids, const Tensor& position_ids, const Tensor& doc_ends,
+                     Tensor* embeds);
+  Tensor head_weight(DType dtype);
+
+  TransformerConfig config_;
+  double aux_grad_scale_ = 1.0;
+  std::shared_ptr<RotaryEmbedding> rotary_;
+  std::shared_ptr<LanguageModelEmbedding> embedding_;
+  std::shared_ptr<TransformerBlock> decoder_;
+  std::shared_ptr<Linear> output_layer_;
+  std::shared_ptr<MTPBlock> mtp_;
+};
+
+}  // namespace loom::nn

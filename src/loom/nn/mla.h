@@ -1,0 +1,30 @@
+// Multi-latent attention (DeepSeek-V2/V3, semantics.md §7.1), H heads, dn = qk_nope_head_dim,
+// dr = qk_rope_head_dim, dv = v_head_dim:
+//   q         = linear_qb(q_layernorm(linear_qa x))   (q_lora_rank > 0; else linear_q x)  [B,S,H,dn+dr]
+//   c, k_pe   = split(linear_kva x, [kv_lora_rank, dr]);  k_pe: ONE rope key shared by all heads
+//   k_nope, v = split(linear_kvb(kv_layernorm c) [B,S,H,dn+dv], [dn, dv])
+//   q_pe, k_pe rotated (interleaved pairs when rope_interleave, as the reference code)
+//   o         = linear_proj(attention([q_nope; q_pe], [k_nope; k_pe], v))
+// softmax scale (dn+dr)^-0.5 · m², m = yarn_get_mscale(factor, mscale_all_dim) under YaRN.
+#pragma once
+
+#include "loom/nn/attention.h"
+
+namespace loom::nn {
+
+class MLASelfAttention : public AttentionLayer {
+ public:
+  MLASelfAttention(const TransformerConfig& config, std::shared_ptr<RotaryEmbedding> rotary);
+  Tensor forward(const Tensor& x, const Tensor& position_ids, const Tensor& doc_ends) override;
+  double softmax_scale() const { return softmax_scale_; }
+
+ private:
+  int64_t heads_, q_lora_rank_, kv_lora_rank_, nope_, rope_, v_dim_;
+  bool interleaved_;
+  double softmax_scale_;
+  std::shared_ptr<RotaryEmbedding> rotary_;
+  std::shared_ptr<Linear> linear_q_, linear_qa_, linear_qb_, linear_kva_, linear_kvb_, linear_proj_;
+  std::shared_ptr<Norm> q_layernorm_, kv_layernorm_;
+};
+
+}  // namespace loom::nn
