@@ -1,0 +1,46 @@
+#include "loom/train/config_json.h"
+
+namespace loom::train {
+
+namespace {
+void append_extras(nlohmann::ordered_json& out, const nlohmann::ordered_json& extras) {
+  if (!extras.is_object()) return;
+  for (auto& [k, v] : extras.items())
+    if (!out.contains(k)) out[k] = v;
+}
+}  // namespace
+
+nlohmann::ordered_json optimizer_json(const config::OptimizerConfig& c) {
+  nlohmann::ordered_json j = {{"type", c.type}, {"betas", c.betas}, {"eps", c.eps}, {"weight_decay", c.weight_decay}};
+  if (c.weight_decay_include) j["weight_decay_include"] = *c.weight_decay_include;
+  if (c.weight_decay_exclude) j["weight_decay_exclude"] = *c.weight_decay_exclude;
+  append_extras(j, c.extras);
+  return j;
+}
+
+nlohmann::ordered_json lr_scheduler_json(const config::LrSchedulerConfig& c) {
+  nlohmann::ordered_json j = {{"type", c.type}, {"learning_rate", c.learning_rate}};
+  append_extras(j, c.extras);
+  return j;
+}
+
+nlohmann::ordered_json train_dataset_json(const config::TrainDatasetConfig& c) {
+  nlohmann::ordered_json dl = {{"type", c.dataloader.type},
+                               {"shuffle", c.dataloader.shuffle},
+                               {"column_names", c.dataloader.column_names}};
+  append_extras(dl, c.dataloader.extras);
+  return {{"dataloader", dl},
+          {"drop_remainder", c.drop_remainder},
+          {"num_parallel_workers", c.num_parallel_workers},
+          {"prefetch_size", c.prefetch_size}};
+}
+
+nlohmann::ordered_json model_json(const config::ModelConfig& c) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  if (c.model_type) j["model_type"] = *c.model_type;
+  if (c.architectures) j["architectures"] = *c.architectures;
+  append_extras(j, c.extras);
+  return j;
+}
+
+}  // namespace loom::train

@@ -1,0 +1,54 @@
+// Per-step metrics: the reference log line (plus tokens/s, MFU, memory and ETA), one JSON object
+// per step in metrics.jsonl, and the same scalars in TensorBoard when configured.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "loom/train/tensorboard.h"
+
+namespace loom::train {
+
+struct StepMetrics {
+  int64_t step = 0;              // completed optimizer updates
+  int64_t max_steps = 0;
+  double loss = 0;               // mean over micro-batches (and ranks)
+  double lr = 0;                 // the learning rate this update used
+  double grad_norm = 0;          // pre-clip global norm
+  int64_t consumed_samples = 0;
+  int64_t global_batch_size = 0;
+  double step_time_s = 0;
+  double tokens_per_s = 0;       // all ranks together
+  double mfu = 0;                // fraction of the peak FLOP/s of the processes used
+  double tflops_per_device = 0;  // the reference's "throughput" column (T = TFLOP/s per device)
+  int64_t mem_current_bytes = 0;
+  int64_t mem_peak_bytes = 0;    // peak during this step
+  double eta_s = 0;
+  bool skipped = false;          // update skipped by the health check
+  std::map<std::string, double> extra;  // load_balancing_loss, mtp_1_loss, ...
+};
+
+// "{ step:[    1/  100], consumed_samples: 8, global_batch_size: 8, loss:   9.123456, ... }"
+std::string format_log_line(const StepMetrics& m);
+std::string format_duration(double seconds);  // "1h02m", "3m20s", "12s"
+
+class MetricsWriter {
+ public:
+  // `jsonl_path` empty ⇒ no file; `tensorboard_dir` empty ⇒ no TensorBoard.
+  MetricsWriter(const std::string& jsonl_path, const std::string& tensorboard_dir, int tensorboard_interval = 1);
+  void write(const StepMetrics& m);
+  // An arbitrary scalar (monitor callbacks); goes to TensorBoard and to the next jsonl line.
+  void add_scalar(const std::string& tag, double value, int64_t step);
+  void flush();
+
+ private:
+  std::ofstream jsonl_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+  int tensorboard_interval_;
+  std::map<std::string, double> pending_;
+};
+
+}  // namespace loom::train

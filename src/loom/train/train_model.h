@@ -1,0 +1,48 @@
+// What the trainer needs from a model, independent of architecture. models::CausalLM provides
+// it (models/train_adapter.*); tests can provide tiny ones.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "loom/core/tensor.h"
+#include "loom/data/batch.h"
+#include "loom/memory/layer_paths.h"
+#include "loom/nn/module.h"
+#include "loom/optim/muon.h"
+
+namespace loom::train {
+
+struct ForwardResult {
+  Tensor loss;                           // scalar: the training loss of this micro-batch (token mean)
+  std::map<std::string, double> extras;  // e.g. load_balancing_loss, mtp_1_loss (logged, already in the graph)
+};
+
+class TrainModel {
+ public:
+  virtual ~TrainModel() = default;
+  virtual nn::Module& module() = 0;
+  // One micro-batch forward; backward is run by the trainer on result.loss (scaled).
+  virtual ForwardResult forward(const data::Batch& batch) = 0;
+  // Called once per optimizer update, after it (aux-loss-free expert-bias update, counter resets).
+  virtual void after_optimizer_step() {}
+  // Training FLOPs per token (forward + backward), for MFU.
+  virtual double flops_per_token(int64_t seq_length) const = 0;
+  // The transformer layers, for recompute/swap (MTP layer k has index num_layers + k).
+  virtual std::vector<memory::LayerRef> layers() = 0;
+  virtual int64_t num_layers() const = 0;
+  virtual int64_t num_mtp_layers() const { return 0; }
+  // Muon's model facts (MLA dims, split schema).
+  virtual optim::MuonModelInfo muon_info() const = 0;
+  // Per-head max attention logits of each MLA layer since the last call (QK-clip); empty if untracked.
+  virtual std::vector<optim::QkClipLayer> take_qk_clip_inputs() { return {}; }
+  // Names the model keeps out of weight decay beyond the 1-D/bias default.
+  virtual optim::WeightDecayRules no_weight_decay() const { return {}; }
+  // Reads an HF folder into a state dict with this model's (Loom) names.
+  virtual std::map<std::string, Tensor> load_hf(const std::string& dir) = 0;
+  // Per-layer tokens-per-expert counts of the last step (MoE monitor); empty for dense models.
+  virtual std::map<int64_t, std::vector<int64_t>> tokens_per_expert() const { return {}; }
+};
+
+}  // namespace loom::train

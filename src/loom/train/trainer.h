@@ -1,0 +1,104 @@
+// The training loop of the reference trainer (semantics.md §1.2) on one process (and, through
+// the hooks in TrainerOptions, on many): build everything from the configuration, then per step
+// A = num_accumulation_steps micro-batches of forward + backward(loss / A), the global grad norm
+// and clipping, the optimizer update with lr = schedule(global_step), consumed_samples and
+// global_step, metrics, callbacks and checkpoints. Ctrl-C / SIGTERM end the current step, save,
+// and return.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/config/sections.h"
+#include "loom/data/data_loader.h"
+#include "loom/optim/optimizer.h"
+#include "loom/train/callbacks.h"
+#include "loom/train/checkpoint.h"
+#include "loom/train/metrics.h"
+#include "loom/train/profiler.h"
+#include "loom/train/train_model.h"
+
+namespace loom::train {
+
+// Builds the model described by the config's model section (on the meta device; the trainer
+// applies memory policies and materialises it).
+using ModelFactory = std::function<std::unique_ptr<TrainModel>(const config::ModelConfig&)>;
+
+struct TrainerOptions {
+  std::string run_dir;   // where config, log, metrics and (by default) checkpoints go
+  int rank = 0;
+  int world_size = 1;
+  bool install_signal_handlers = true;
+  bool quiet = false;    // no per-step log lines (tests)
+};
+
+struct TrainState {
+  int64_t global_step = 0;       // completed optimizer updates
+  int64_t consumed_samples = 0;  // global samples trained on
+  int64_t epoch = 0;
+  int64_t num_accumulation_steps = 1;
+  int64_t consecutive_skips = 0;
+};
+
+struct TrainSummary {
+  int64_t first_step = 0;   // global_step before the run (resume point)
+  int64_t last_step = 0;
+  double first_loss = 0, last_loss = 0;
+  double mean_tokens_per_s = 0;  // steps after the first of this run
+  double mean_mfu = 0;
+  std::string run_dir;
+  bool interrupted = false;
+};
+
+class Trainer {
+ public:
+  Trainer(config::TrainConfig config, const ModelFactory& model_factory, TrainerOptions options);
+  ~Trainer();
+
+  TrainSummary train();
+
+  // For callbacks and tests.
+  const config::TrainConfig& config() const { return config_; }
+  TrainState& state() { return state_; }
+  TrainModel& model() { return *model_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  data::DataLoader& data_loader() { return *loader_; }
+  CheckpointManager& checkpoints() { return *checkpoints_; }
+  MetricsWriter& metrics_writer() { return *metrics_; }
+  const TrainerOptions& options() const { return options_; }
+  int64_t seq_length() const { return seq_length_; }
+  // Saves a checkpoint of the current state now (the checkpoint callback and Ctrl-C use it).
+  void save_checkpoint();
+
+ private:
+  void build();
+  void resume(const std::string& load_path);
+  void train_step(StepMetrics& m);
+  CheckpointContents checkpoint_contents();
+  void fire(void (Callback::*event)(CallbackContext&), StepMetrics* metrics = nullptr);
+
+  config::TrainConfig config_;
+  ModelFactory model_factory_;
+  TrainerOptions options_;
+  TrainState state_;
+  int64_t seq_length_ = 0;
+  std::unique_ptr<TrainModel> model_;
+  std::unique_ptr<data::DataLoader> loader_;
+  std::shared_ptr<optim::LrScheduler> scheduler_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<CheckpointManager> checkpoints_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<Profiler> profiler_;
+  std::vector<std::unique_ptr<Callback>> callbacks_;
+  std::shared_ptr<void> memory_state_;  // keeps swap machinery alive
+  double peak_gflops_ = 0;
+};
+
+// True once SIGINT or SIGTERM arrived (the loop stops after the current step).
+bool stop_requested();
+void request_stop();  // for tests
+
+}  // namespace loom::train

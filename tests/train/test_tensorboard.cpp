@@ -1,0 +1,49 @@
+// TensorBoard event files parse back with an independent reader (tests/train/tb_reader.py),
+// CRCs included. (Issue 7, item 4.)
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "loom/train/tensorboard.h"
+#include "testing/temp_dir.h"
+
+using namespace loom;
+
+namespace {
+std::string run(const std::string& cmd) {
+  std::string out;
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+  char buf[4096];
+  while (pipe && fgets(buf, sizeof(buf), pipe.get())) out += buf;
+  return out;
+}
+}  // namespace
+
+TEST(TensorBoard, Crc32cKnownValues) {
+  // RFC 3720 test vector: 32 bytes of zeros → 0x8a9136aa; "123456789" → 0xe3069283.
+  std::string zeros(32, '\0');
+  EXPECT_EQ(train::crc32c(zeros.data(), zeros.size()), 0x8a9136aau);
+  EXPECT_EQ(train::crc32c("123456789", 9), 0xe3069283u);
+}
+
+TEST(TensorBoard, EventsParseBackWithIndependentReader) {
+  if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "/usr/bin/python3 missing";
+  loom::testing::TempDir dir;
+  std::string path;
+  {
+    train::TensorBoardWriter w(dir.file("tb"));
+    path = w.path();
+    w.add_scalar("loss", 2.5, 1);
+    w.add_scalar("lr", 1e-4, 1);
+    w.add_scalar("loss", 2.25, 2);
+    w.flush();
+  }
+  std::string out = run("/usr/bin/python3 " LOOM_SOURCE_DIR "/tests/train/tb_reader.py '" + path + "' 2>&1");
+  EXPECT_EQ(out,
+            "{\"file_version\": \"brain.Event:2\"}\n"
+            "{\"step\": 1, \"tag\": \"loss\", \"value\": 2.5}\n"
+            "{\"step\": 1, \"tag\": \"lr\", \"value\": 9.999999747378752e-05}\n"
+            "{\"step\": 2, \"tag\": \"loss\", \"value\": 2.25}\n");
+}
