@@ -264,3 +264,12 @@ TEST(DatasetRules, WorkersColumnsAndNearMisses) {
   EXPECT_NE(w.find("train_dataset.dataloader.shufle: is passed to the data loader unchecked; did you mean 'shuffle'?"),
             std::string::npos);
 }
+
+TEST(ModelRules, LikelyTyposOfModelFieldsWarn) {
+  const std::string w = warnings("model:\n  model_type: llama\n  num_hiden_layers: 4\n  my_custom_flag: 1\n");
+  EXPECT_NE(w.find("model.num_hiden_layers: is not a model field Loom knows and is passed to the model as is; did you "
+                   "mean 'num_hidden_layers'?"),
+            std::string::npos)
+      << w;
+  EXPECT_EQ(w.find("my_custom_flag"), std::string::npos);
+}

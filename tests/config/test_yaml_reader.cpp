@@ -301,3 +301,13 @@ TEST(ConfigFile, LoadCheckedReadsAFileAndNamesItInMessages) {
         << e.what();
   }
 }
+
+// (YAML itself limits a plain key to 1024 characters: longer ones are a syntax error.)
+TEST(YamlReader, LongKeysAreShortenedInMessages) {
+  const std::string key(1000, 'k');
+  const std::string e = raw_errors(with_defaults("training:\n  " + key + ": 1\n"));
+  EXPECT_NE(e.find("Unknown configuration keys for TrainingConfig: ['" + std::string(97, 'k') + "...']"),
+            std::string::npos);
+  EXPECT_LT(e.size(), 600u);
+  EXPECT_THROW(parse("training:\n  " + std::string(200000, 'k') + ": 1\n"), ConfigReadError);
+}

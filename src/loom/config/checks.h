@@ -37,7 +37,10 @@ std::string describe_json(const Json& value);
 void warn_unknown_extras(const Json& extras, const std::vector<std::string>& known, const std::string& prefix,
                          const std::string& consumer, Diagnostics& diag);
 
-// Compiles `pattern` as a std::regex (ECMAScript); reports a clear error if it is invalid.
+inline constexpr std::size_t kMaxRegexLength = 1000;
+inline constexpr int kMaxRegexGroupDepth = 32;
+// Compiles `pattern` as a std::regex (ECMAScript); reports a clear error if it is invalid, too
+// long or too deeply nested for std::regex's recursive engine.
 bool check_regex(const std::string& pattern, const std::string& path, Diagnostics& diag);
 
 }  // namespace loom::config::detail

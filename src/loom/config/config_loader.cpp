@@ -12,7 +12,10 @@ LoadedConfig load_config_text(const std::string& yaml, const std::string& source
   ConfigNode root = parse_config_text(yaml, source, diag, options.limits);
   for (const auto& text : options.overrides) {
     try {
-      apply_override(root, parse_override(text));
+      // Applied to a copy so that a failing override leaves no half-created path behind.
+      ConfigNode edited = root;
+      apply_override(edited, parse_override(text));
+      root = std::move(edited);
     } catch (const ConfigReadError&) {
       throw;
     } catch (const ConfigError& e) {

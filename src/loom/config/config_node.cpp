@@ -90,6 +90,8 @@ static bool is_identifier(const std::string& key) {
 }
 
 std::string child_path(const std::string& parent, const std::string& key) {
+  // A pathological key must not make every message megabytes long.
+  if (key.size() > 100) return child_path(parent, key.substr(0, 97) + "...");
   if (is_identifier(key)) return parent.empty() ? key : parent + "." + key;
   return parent + "['" + key + "']";
 }

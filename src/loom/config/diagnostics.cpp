@@ -114,26 +114,38 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
+std::vector<std::string> closest_matches(const std::string& word, const std::vector<std::string>& candidates) {
   const std::string w = lower(word);
-  std::string best;
+  std::vector<std::string> best;
   std::size_t best_distance = std::string::npos;
   for (const auto& c : candidates) {
+    if (c == word) continue;
+    // Short names tolerate one or two edits, long ones a few more; beyond that a guess is noise.
+    const std::size_t allowed = std::max<std::size_t>(2, std::min(w.size(), c.size()) / 3);
+    const std::size_t length_gap = w.size() > c.size() ? w.size() - c.size() : c.size() - w.size();
+    if (length_gap > allowed) continue;  // the distance is at least the gap; also bounds the work
     const std::size_t dist = edit_distance(w, lower(c));
+    if (dist > allowed) continue;
     if (dist < best_distance) {
       best_distance = dist;
-      best = c;
+      best.clear();
     }
+    if (dist == best_distance && std::find(best.begin(), best.end(), c) == best.end()) best.push_back(c);
   }
-  // Short names tolerate one or two edits, long ones a few more; beyond that the guess is noise.
-  const std::size_t allowed = std::max<std::size_t>(2, std::min(w.size(), best.size()) / 4);
-  if (best.empty() || best == word || best_distance > allowed) return "";
   return best;
 }
 
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
+  auto best = closest_matches(word, candidates);
+  return best.empty() ? "" : best.front();
+}
+
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
-  std::string best = closest_match(word, candidates);
-  return best.empty() ? "" : "; did you mean '" + best + "'?";
+  auto best = closest_matches(word, candidates);
+  if (best.empty()) return "";
+  std::string out = "; did you mean '" + best[0] + "'";
+  if (best.size() > 1) out += " or '" + best[1] + "'";
+  return out + "?";
 }
 
 }  // namespace loom::config

@@ -60,11 +60,14 @@ class Diagnostics {
   std::vector<std::string> notes_;
 };
 
+// The candidates closest to `word` (ties in candidate order) that are likely typos of it.
+std::vector<std::string> closest_matches(const std::string& word, const std::vector<std::string>& candidates);
+
 // The candidate closest to `word` by edit distance (case-insensitive, a swap of two neighbours
 // counts as one edit) if it is close enough to be a likely typo, else "".
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
 
-// "; did you mean 'x'?" or "" when nothing is close.
+// "; did you mean 'x'?" (or "'x' or 'y'" for a tie), or "" when nothing is close.
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 
 }  // namespace loom::config

@@ -31,7 +31,7 @@ void emit_string(YAML::Emitter& out, const std::string& s) {
 }
 
 void emit_json(YAML::Emitter& out, const Json& v) {
-  if (v.is_null()) out << "null";
+  if (v.is_null()) out << YAML::Null;
   else if (v.is_boolean()) out << (v.get<bool>() ? "true" : "false");
   else if (v.is_number_integer()) out << v.get<std::int64_t>();
   else if (v.is_number_float()) out << format_float(v.get<double>());
@@ -43,6 +43,7 @@ void emit_json(YAML::Emitter& out, const Json& v) {
     for (const auto& x : v) emit_json(out, x);
     out << YAML::EndSeq;
   } else {
+    if (v.empty()) out << YAML::Flow;
     out << YAML::BeginMap;
     for (auto it = v.begin(); it != v.end(); ++it) {
       out << YAML::Key;
@@ -109,13 +110,13 @@ void emit(YAML::Emitter& out, const T& v) {
   } else if constexpr (is_vector<T>::value) {
     using Item = typename T::value_type;
     constexpr bool flat = std::is_arithmetic_v<Item> || std::is_same_v<Item, std::string> || is_vector<Item>::value;
-    if (flat) out << YAML::Flow;
+    if (flat || v.empty()) out << YAML::Flow;
     out << YAML::BeginSeq;
     for (const auto& x : v) emit(out, x);
     out << YAML::EndSeq;
   } else if constexpr (is_optional<T>::value) {
     if (v) emit(out, *v);
-    else out << "null";
+    else out << YAML::Null;
   } else if constexpr (is_variant<T>::value) {
     std::visit([&](const auto& x) { emit(out, x); }, v);
   } else if constexpr (Section<T>) {
@@ -180,6 +181,7 @@ std::string effective_config_yaml(const TrainConfig& config) {
   const TrainConfig view = effective_view(config);
   YAML::Emitter out;
   out.SetIndent(2);
+  out.SetNullFormat(YAML::LowerNull);
   out << YAML::BeginMap;
   TopWriter top{out};
   TrainConfig::visit(view, top);

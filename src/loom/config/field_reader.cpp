@@ -173,7 +173,8 @@ void read_value(ReadContext& ctx, const ConfigNode& node, const std::string& pat
 
 void report_unknown_key(ReadContext& ctx, const std::string& path, const std::string& key, const char* class_name,
                         const std::vector<std::string>& allowed) {
-  std::string msg = std::string("Unknown configuration keys for ") + class_name + ": ['" + key + "']";
+  const std::string shown = key.size() > 100 ? key.substr(0, 97) + "..." : key;
+  std::string msg = std::string("Unknown configuration keys for ") + class_name + ": ['" + shown + "']";
   std::string suggestion = did_you_mean(key, allowed);
   if (!suggestion.empty()) {
     msg += suggestion;

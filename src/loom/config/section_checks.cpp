@@ -1,5 +1,6 @@
 // Rules of the reference's __post_init__ checks and the spec's field descriptions for the
 // sections that are not parallelism, optimizer, scheduler or memory.
+#include <algorithm>
 #include <cmath>
 #include <regex>
 
@@ -88,6 +89,22 @@ void warn_unknown_extras(const Json& extras, const std::vector<std::string>& kno
 }
 
 bool check_regex(const std::string& pattern, const std::string& path, Diagnostics& diag) {
+  // std::regex compiles and matches recursively: bound the pattern before it sees it.
+  if (pattern.size() > kMaxRegexLength) {
+    diag.error(path, "regular expression of " + std::to_string(pattern.size()) + " characters; module patterns are "
+                     "short (at most " + std::to_string(kMaxRegexLength) + ")");
+    return false;
+  }
+  int depth = 0, max_depth = 0;
+  for (char ch : pattern) {
+    if (ch == '(') max_depth = std::max(max_depth, ++depth);
+    else if (ch == ')') --depth;
+  }
+  if (max_depth > kMaxRegexGroupDepth) {
+    diag.error(path, "regular expression nests " + std::to_string(max_depth) + " groups; at most " +
+                         std::to_string(kMaxRegexGroupDepth) + " are allowed");
+    return false;
+  }
   try {
     std::regex re(pattern, std::regex::ECMAScript);
     return true;
@@ -191,10 +208,44 @@ void check_dataset(const TrainConfig& c, Diagnostics& diag) {
   }
 }
 
+// Model keys Loom's models read (HF and MindFormers names, reference/semantics.md §4, §7 and the
+// spec's examples). The model section is open, so other keys pass; one a typo away from these
+// is most likely a typo.
+const std::vector<std::string>& known_model_keys() {
+  static const std::vector<std::string> keys = {
+      "vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size", "num_hidden_layers",
+      "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_act", "rms_norm_eps", "rope_theta",
+      "rope_scaling", "max_position_embeddings", "tie_word_embeddings", "attention_bias", "attention_dropout",
+      "n_routed_experts", "num_experts", "n_shared_experts", "num_experts_per_tok", "n_group", "topk_group",
+      "routed_scaling_factor", "scoring_func", "topk_method", "norm_topk_prob", "q_lora_rank", "kv_lora_rank",
+      "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "first_k_dense_replace", "moe_layer_freq",
+      "num_nextn_predict_layers", "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "use_qk_norm",
+      "initializer_range", "sliding_window", "use_sliding_window", "max_window_layers", "decoder_sparse_step",
+      "mlp_only_layers", "router_aux_loss_coef", "seq_length", "num_layers", "num_query_groups", "ffn_hidden_size",
+      "kv_channels", "layernorm_epsilon", "add_qkv_bias", "num_moe_experts", "qk_layernorm", "moe_ffn_hidden_size",
+      "moe_router_topk", "moe_router_num_groups", "moe_router_group_topk", "moe_router_topk_scaling_factor",
+      "moe_router_score_function", "moe_router_dtype", "shared_expert_num", "mtp_num_layers", "qk_head_dim",
+      "qk_pos_emb_head_dim", "rotary_base", "rotary_scaling_factor", "moe_router_enable_expert_bias",
+      "moe_router_bias_update_rate", "multi_latent_attention", "mla_qkv_concat", "params_dtype", "compute_dtype",
+      "layernorm_compute_dtype", "softmax_compute_dtype", "rotary_dtype", "router_dense_type",
+      "mtp_loss_scaling_factor", "position_embedding_type", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+      "moe_shared_expert_intermediate_size", "moe_router_load_balancing_type", "moe_aux_loss_coeff",
+      "use_flash_attention", "use_attn_mask_compression", "use_eod_attn_mask_compression", "normalization",
+      "fused_norm", "balance_via_topk_bias", "topk_bias_update_rate"};
+  return keys;
+}
+
 void check_model(const TrainConfig& c, Diagnostics& diag) {
   const ModelConfig& m = c.model;
   std::vector<std::string> extra_keys;
   for (auto it = m.extras.begin(); it != m.extras.end(); ++it) extra_keys.push_back(it.key());
+  const auto& known = known_model_keys();
+  for (const auto& k : extra_keys) {
+    if (std::find(known.begin(), known.end(), k) != known.end()) continue;
+    const std::string hint = did_you_mean(k, known);
+    if (!hint.empty())
+      diag.key_warn(child_path("model", k), "is not a model field Loom knows and is passed to the model as is" + hint);
+  }
   for (const char* fixed : {"model_type", "architectures"}) {
     for (const auto& k : extra_keys)
       if (closest_match(k, {fixed}) == fixed)

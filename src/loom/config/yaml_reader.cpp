@@ -428,7 +428,11 @@ ConfigNode parse_config_text(const std::string& text, const std::string& source,
 
 ConfigNode parse_inline_value(const std::string& text, const SourceMark& mark) {
   ReadLimits limits;
-  screen_config_text(text, mark.source, limits);
+  try {
+    screen_config_text(text, mark.source, limits);
+  } catch (const ConfigReadError& e) {
+    throw ConfigError(e.what());  // a bad override is an invalid setting, not an unreadable file
+  }
   YAML::Node node;
   try {
     node = YAML::Load(text);
