@@ -165,15 +165,17 @@ TEST(OpsCrossEntropy, LinearCrossEntropyEqualsLinearThenCrossEntropyF32) {
   wr.set_requires_grad(true);
   Tensor ref = ops::cross_entropy(ops::linear(hr, wr), labels_of(lab), mask);
   autograd::backward(ref);
-  for (int64_t chunk : {1, 3, 0, 100}) {
-    Tensor hl = h.clone(), wl = w.clone();
-    hl.set_requires_grad(true);
-    wl.set_requires_grad(true);
-    Tensor loss = ops::linear_cross_entropy(hl, wl, labels_of(lab), mask, -100, chunk);
-    EXPECT_NEAR(loss.item(), ref.item(), 1e-6 * std::abs(ref.item())) << chunk;
-    autograd::backward(loss);
-    EXPECT_LT(max_rel_diff(hl.grad().to_double_vector(), hr.grad().to_double_vector()), 1e-6) << chunk;
-    EXPECT_LT(max_rel_diff(wl.grad().to_double_vector(), wr.grad().to_double_vector()), 1e-6) << chunk;
+  for (bool in_forward : {false, true}) {
+    for (int64_t chunk : {1, 3, 0, 100}) {
+      Tensor hl = h.clone(), wl = w.clone();
+      hl.set_requires_grad(true);
+      wl.set_requires_grad(true);
+      Tensor loss = ops::linear_cross_entropy(hl, wl, labels_of(lab), mask, -100, chunk, in_forward);
+      EXPECT_NEAR(loss.item(), ref.item(), 1e-6 * std::abs(ref.item())) << chunk;
+      autograd::backward(loss);
+      EXPECT_LT(max_rel_diff(hl.grad().to_double_vector(), hr.grad().to_double_vector()), 1e-6) << chunk << in_forward;
+      EXPECT_LT(max_rel_diff(wl.grad().to_double_vector(), wr.grad().to_double_vector()), 1e-6) << chunk << in_forward;
+    }
   }
 }
 
@@ -181,11 +183,20 @@ TEST(OpsCrossEntropy, GradcheckLinearCrossEntropy) {
   Tensor h = leaf({2, 3, 4}, 11), w = leaf({9, 4}, 12);
   Tensor lab = Tensor::from_vector(std::vector<int64_t>{8, 0, -100, 4, 4, 2}, {2, 3});
   Tensor mask = Tensor::from_vector(std::vector<double>{1, 0.5, 1, 1, 0, 1}, {2, 3});
-  for (int64_t chunk : {2, 0}) {
-    EXPECT_LT(gradcheck([&](const std::vector<Tensor>& in) {
-                return std::vector<Tensor>{ops::linear_cross_entropy(in[0], in[1], lab, mask, -100, chunk)};
-              }, {h, w}), 1e-6) << chunk;
+  for (bool in_forward : {false, true}) {
+    for (int64_t chunk : {2, 0}) {
+      EXPECT_LT(gradcheck([&](const std::vector<Tensor>& in) {
+                  return std::vector<Tensor>{ops::linear_cross_entropy(in[0], in[1], lab, mask, -100, chunk, in_forward)};
+                }, {h, w}), 1e-6) << chunk << in_forward;
+    }
   }
+  // An upstream grad scales the grads formed in forward (gradient accumulation divides by A).
+  Tensor h2 = h.detach().clone(), h3 = h.detach().clone();
+  h2.set_requires_grad(true);
+  h3.set_requires_grad(true);
+  autograd::backward(ops::linear_cross_entropy(h2, w.detach(), lab, mask, -100, 0, true), Tensor::scalar(0.25, DType::f64));
+  autograd::backward(ops::linear_cross_entropy(h3, w.detach(), lab, mask, -100, 0, false), Tensor::scalar(0.25, DType::f64));
+  EXPECT_LT(max_rel_diff(h2.grad().to_double_vector(), h3.grad().to_double_vector()), 1e-14);
 }
 
 TEST(OpsCrossEntropy, LinearCrossEntropyKeepsOnlyAChunkOfLogits) {

@@ -1,7 +1,9 @@
 #include "loom/ops/loss.h"
 
 #include "loom/autograd/function.h"
+#include "loom/autograd/node.h"
 #include "loom/kernels/cpu/cross_entropy.h"
+#include "loom/kernels/cpu/elementwise.h"
 
 namespace loom::ops {
 
@@ -57,7 +59,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& l
 }
 
 Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
-                            const Tensor& loss_mask, int64_t ignore_index, int64_t chunk_tokens) {
+                            const Tensor& loss_mask, int64_t ignore_index, int64_t chunk_tokens,
+                            bool grads_in_forward) {
   const char* op = "linear_cross_entropy";
   check_floating(hidden, op, "hidden");
   check_device_supported(hidden.device(), op);
@@ -70,19 +73,43 @@ Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Te
   const int64_t V = weight.shape()[0], D = weight.shape()[1], N = labels.numel();
   Tensor weights = k::cross_entropy_row_weights(labels, loss_mask, ignore_index, V, op);
   Tensor hidden2 = hidden.dim() == 2 ? hidden : hidden.reshape({N, D});
-  Tensor lse;
-  const double total = k::linear_cross_entropy_forward(hidden2, weight, labels, weights, chunk_tokens, lse);
   const double denom = mask_sum(weights) + kMaskEpsilon;
-  Tensor loss = Tensor::scalar(total / denom, loss_dtype(hidden.dtype()));
+  const DType out_dtype = loss_dtype(hidden.dtype());
+  const Shape in_shape = hidden.shape();
+  Tensor lse;
+  if (grads_in_forward && autograd::needs_grad(hidden, weight)) {
+    // The grads of the loss (for an upstream grad of 1) come out of the forward pass; backward
+    // only scales them by the upstream grad.
+    Tensor dh, dw;
+    const double total = k::linear_cross_entropy_forward(
+        hidden2, weight, labels, weights, chunk_tokens, lse, 1.0 / denom,
+        hidden.requires_grad() ? &dh : nullptr, weight.requires_grad() ? &dw : nullptr);
+    Tensor loss = Tensor::scalar(total / denom, out_dtype);
+    record(op, {&hidden, &weight}, {&loss}, {dh, dw},
+           [in_shape](const Grads& g, const BackwardContext& ctx) -> Grads {
+             const double up = g[0].item();
+             Grads r(2);
+             for (size_t i = 0; i < 2; ++i) {
+               if (!ctx.needs_input_grad(i)) continue;
+               Tensor d = ctx.saved(i);
+               r[i] = up == 1.0 ? d : k::affine(d, up, 0.0);
+             }
+             if (r[0].defined()) r[0] = r[0].view(in_shape);
+             return r;
+           });
+    return loss;
+  }
+  const double total = k::linear_cross_entropy_forward(hidden2, weight, labels, weights, chunk_tokens, lse);
+  Tensor loss = Tensor::scalar(total / denom, out_dtype);
   record(op, {&hidden, &weight}, {&loss}, {hidden2, weight, labels, weights, lse},
-         [denom, chunk_tokens, shape = hidden.shape()](const Grads& g, const BackwardContext& ctx) -> Grads {
+         [denom, chunk_tokens, in_shape](const Grads& g, const BackwardContext& ctx) -> Grads {
            const double scale = g[0].item() / denom;
            Tensor dh, dw;
            k::linear_cross_entropy_backward(ctx.saved(0), ctx.saved(1), ctx.saved(2), ctx.saved(3),
                                             ctx.saved(4), scale, chunk_tokens,
                                             ctx.needs_input_grad(0) ? &dh : nullptr,
                                             ctx.needs_input_grad(1) ? &dw : nullptr);
-           return {dh.defined() ? dh.view(shape) : dh, dw};
+           return {dh.defined() ? dh.view(in_shape) : dh, dw};
          });
   return loss;
 }

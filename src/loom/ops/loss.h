@@ -18,9 +18,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& l
 
 // cross_entropy(linear(hidden, weight), labels, ...) without materialising the [N, V] logits:
 // hidden [..., D], weight [V, D]. Tokens go through in chunks of `chunk_tokens` (<= 0: about 8M
-// logits per chunk); backward recomputes each chunk's logits. Grad of a bf16/f16 weight is fp32.
+// logits per chunk). By default backward recomputes each chunk's logits (forward keeps only the
+// per-token lse): 4 GEMMs in all. grads_in_forward forms the grads during the forward pass and
+// keeps them until backward (3 GEMMs, like linear + cross_entropy, but dh and dweight are held
+// from forward to backward): the choice when the loss's backward follows right away.
+// Grad of a bf16/f16 weight is fp32.
 Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
                             const Tensor& loss_mask = Tensor(), int64_t ignore_index = -100,
-                            int64_t chunk_tokens = 0);
+                            int64_t chunk_tokens = 0, bool grads_in_forward = false);
 
 }  // namespace loom::ops

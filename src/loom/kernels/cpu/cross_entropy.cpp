@@ -9,12 +9,7 @@
 #include "loom/core/parallel.h"
 #include "loom/kernels/cpu/gemm.h"
 #include "loom/kernels/cpu/index.h"
-#include "loom/kernels/cpu/row_convert.h"
-
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define LOOM_XENT_AVX2 1
-#endif
+#include "loom/kernels/cpu/row_helpers.h"
 
 namespace loom::kernels::cpu {
 
@@ -23,7 +18,7 @@ namespace {
 // Vocabulary chunk: the widened fp32 slice of a row stays in L1 while it is used twice.
 constexpr int64_t kVocabChunk = 4096;
 
-#ifdef LOOM_XENT_AVX2
+#ifdef LOOM_ROW_AVX2
 // exp for 8 lanes (Cephes polynomial after a Cody-Waite reduction, ~1 ulp). Arguments below
 // −87.3 give 0 (no denormals: softmax terms that small do not change a sum), NaN stays NaN.
 inline __m256 exp8(__m256 x) {
@@ -47,22 +42,7 @@ inline __m256 exp8(__m256 x) {
   return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
-inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
 #endif
-
-// max of x[0, n) (NaN-propagation is left to the exp sum that follows).
-template <typename C>
-C max_of(const C* x, int64_t n) {
-  C m = -std::numeric_limits<C>::infinity();
-#pragma omp simd reduction(max : m)
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
-  return m;
-}
 
 // Σ exp(x[i] − shift)
 inline double sum_exp(const double* x, int64_t n, double shift) {
@@ -73,7 +53,7 @@ inline double sum_exp(const double* x, int64_t n, double shift) {
 inline float sum_exp(const float* x, int64_t n, float shift) {
   int64_t i = 0;
   float s = 0;
-#ifdef LOOM_XENT_AVX2
+#ifdef LOOM_ROW_AVX2
   const __m256 vs = _mm256_set1_ps(shift);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   for (; i + 16 <= n; i += 16) {
@@ -81,7 +61,7 @@ inline float sum_exp(const float* x, int64_t n, float shift) {
     acc1 = _mm256_add_ps(acc1, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vs)));
   }
   for (; i + 8 <= n; i += 8) acc0 = _mm256_add_ps(acc0, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs)));
-  s = hsum8(_mm256_add_ps(acc0, acc1));
+  s = detail::hsum8(_mm256_add_ps(acc0, acc1));
 #endif
   for (; i < n; ++i) s += std::exp(x[i] - shift);
   return s;
@@ -93,7 +73,7 @@ inline void exp_scaled(const double* x, double* out, int64_t n, double shift, do
 }
 inline void exp_scaled(const float* x, float* out, int64_t n, float shift, float scale) {
   int64_t i = 0;
-#ifdef LOOM_XENT_AVX2
+#ifdef LOOM_ROW_AVX2
   const __m256 vs = _mm256_set1_ps(shift), vc = _mm256_set1_ps(scale);
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(out + i, _mm256_mul_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs)), vc));
@@ -109,7 +89,7 @@ C row_lse(const T* x, int64_t v, C* scratch) {
   for (int64_t c0 = 0; c0 < v; c0 += kVocabChunk) {
     const int64_t n = std::min(kVocabChunk, v - c0);
     const C* xv = row_as(x + c0, scratch, n);
-    const C cm = max_of(xv, n);
+    const C cm = row_max(xv, n);  // a NaN is caught by the exp sum below
     if (cm > m) {
       s = m == neg_inf ? C(0) : s * std::exp(m - cm);
       m = cm;
@@ -300,39 +280,77 @@ bool chunk_has_weight(const double* pw, int64_t t0, int64_t c) {
   return false;
 }
 
-}  // namespace
-
-double linear_cross_entropy_forward(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
-                                    const Tensor& row_weights, int64_t chunk_tokens, Tensor& lse) {
-  LinearXentSetup s = linear_setup(hidden, weight, labels, row_weights, chunk_tokens);
-  const double* pw = row_weights.data<double>();
+// One pass over the token chunks. Each chunk's logits come from one GEMM. With `lse_in` (the
+// backward) the saved lse is used; otherwise lse is computed into `lse_out` and the weighted ce
+// summed. With dh/dw the chunk's logits are turned into dlogits (· grad_scale) in place and
+// dh = dlogits · W, dw += dlogitsᵀ · h follow by GEMM.
+double linear_pass(const LinearXentSetup& s, const double* pw, const Tensor& lse_in, Tensor* lse_out,
+                   double grad_scale, Tensor* dh, Tensor* dw) {
   std::vector<double> ce(static_cast<size_t>(s.n), 0.0);
-  lse = Tensor::zeros({s.n}, s.compute);
   Tensor buf = Tensor::empty({s.chunk, s.v}, s.compute);
+  if (lse_out) *lse_out = Tensor::zeros({s.n}, s.compute);
+  Tensor lse = lse_in.defined() ? lse_in.to(s.compute).contiguous() : *lse_out;
+  if (dh) *dh = Tensor::zeros({s.n, s.d}, s.compute);
+  if (dw) *dw = Tensor::zeros({s.v, s.d}, s.compute);
+  const bool grads = dh || dw;
   dispatch_xent(s.compute, "linear_cross_entropy", [&]<typename T, typename C>() {
     C* pl = lse.data<C>();
     for (int64_t t0 = 0; t0 < s.n; t0 += s.chunk) {
       const int64_t c = std::min(s.chunk, s.n - t0);
-      if (!chunk_has_weight(pw, t0, c)) continue;
+      if (!chunk_has_weight(pw, t0, c)) continue;  // no loss, zero dlogits: nothing to add
       Tensor logits = buf.narrow(0, 0, c);
-      gemm(s.hidden.narrow(0, t0, c), false, s.weight, true, logits, 1.0, 0.0);
-      const C* px = logits.data<C>();
+      Tensor h = s.hidden.narrow(0, t0, c);
+      gemm(h, false, s.weight, true, logits, 1.0, 0.0);
+      C* px = logits.data<C>();
       parallel_for(0, c, std::max<int64_t>(1, 65536 / std::max<int64_t>(s.v, 1)), [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
           const int64_t r = t0 + i;
-          if (pw[r] == 0.0) continue;
+          C* row = px + i * s.v;
+          if (pw[r] == 0.0) {
+            if (grads) std::fill(row, row + s.v, C(0));
+            continue;
+          }
           LOOM_ASSERT(s.labels[r] >= 0 && s.labels[r] < s.v, "unchecked label ", s.labels[r]);
-          const C* row = px + i * s.v;
-          const C l = row_lse<C, C>(row, s.v, nullptr);
-          pl[r] = l;
-          ce[r] = static_cast<double>(l - row[s.labels[r]]);
+          if (lse_out) {
+            pl[r] = row_lse<C, C>(row, s.v, nullptr);
+            ce[r] = static_cast<double>(pl[r] - row[s.labels[r]]);
+          }
+          if (grads)
+            row_grad<C, C>(row, row, s.v, pl[r], s.labels[r], static_cast<C>(pw[r] * grad_scale), nullptr, nullptr);
         }
       });
+      if (dh) {
+        Tensor dh_chunk = dh->narrow(0, t0, c);
+        gemm(logits, false, s.weight, false, dh_chunk, 1.0, 0.0);  // [c, V] · [V, D]
+      }
+      if (dw) gemm(logits, true, h, false, *dw, 1.0, 1.0);  // += [V, c] · [c, D]
     }
   });
-  double total = 0;
+  double total = 0;  // in row order: the same sum for any thread count
   for (int64_t r = 0; r < s.n; ++r)
     if (pw[r] != 0.0) total += ce[r] * pw[r];
+  return total;
+}
+
+void finish_linear_grads(const Tensor& hidden, const Tensor& weight, Tensor& dh, Tensor& dw,
+                         Tensor* dhidden, Tensor* dweight) {
+  if (dhidden) *dhidden = dh.to(hidden.dtype());
+  if (dweight) {
+    const bool reduced = weight.dtype() == DType::bf16 || weight.dtype() == DType::f16;
+    *dweight = dw.to(reduced ? DType::f32 : weight.dtype());
+  }
+}
+
+}  // namespace
+
+double linear_cross_entropy_forward(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
+                                    const Tensor& row_weights, int64_t chunk_tokens, Tensor& lse,
+                                    double grad_scale, Tensor* dhidden, Tensor* dweight) {
+  LinearXentSetup s = linear_setup(hidden, weight, labels, row_weights, chunk_tokens);
+  Tensor dh, dw;
+  const double total = linear_pass(s, row_weights.data<double>(), Tensor(), &lse, grad_scale,
+                                   dhidden ? &dh : nullptr, dweight ? &dw : nullptr);
+  finish_linear_grads(hidden, weight, dh, dw, dhidden, dweight);
   return total;
 }
 
@@ -340,43 +358,10 @@ void linear_cross_entropy_backward(const Tensor& hidden, const Tensor& weight, c
                                    const Tensor& row_weights, const Tensor& lse, double scale,
                                    int64_t chunk_tokens, Tensor* dhidden, Tensor* dweight) {
   LinearXentSetup s = linear_setup(hidden, weight, labels, row_weights, chunk_tokens);
-  const double* pw = row_weights.data<double>();
-  Tensor dh = dhidden ? Tensor::zeros({s.n, s.d}, s.compute) : Tensor();
-  Tensor dw = dweight ? Tensor::zeros({s.v, s.d}, s.compute) : Tensor();
-  Tensor buf = Tensor::empty({s.chunk, s.v}, s.compute);
-  Tensor lsec = lse.to(s.compute).contiguous();
-  dispatch_xent(s.compute, "linear_cross_entropy_backward", [&]<typename T, typename C>() {
-    const C* pl = lsec.data<C>();
-    for (int64_t t0 = 0; t0 < s.n; t0 += s.chunk) {
-      const int64_t c = std::min(s.chunk, s.n - t0);
-      if (!chunk_has_weight(pw, t0, c)) continue;  // zero dlogits: dh rows stay 0, dw unchanged
-      Tensor dlogits = buf.narrow(0, 0, c);
-      Tensor h = s.hidden.narrow(0, t0, c);
-      gemm(h, false, s.weight, true, dlogits, 1.0, 0.0);  // recompute the chunk's logits
-      C* px = dlogits.data<C>();
-      parallel_for(0, c, std::max<int64_t>(1, 65536 / std::max<int64_t>(s.v, 1)), [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          const int64_t r = t0 + i;
-          C* row = px + i * s.v;
-          if (pw[r] == 0.0) {
-            std::fill(row, row + s.v, C(0));
-            continue;
-          }
-          row_grad<C, C>(row, row, s.v, pl[r], s.labels[r], static_cast<C>(pw[r] * scale), nullptr, nullptr);
-        }
-      });
-      if (dhidden) {
-        Tensor dh_chunk = dh.narrow(0, t0, c);
-        gemm(dlogits, false, s.weight, false, dh_chunk, 1.0, 0.0);  // [c, V] · [V, D]
-      }
-      if (dweight) gemm(dlogits, true, h, false, dw, 1.0, 1.0);  // += [V, c] · [c, D]
-    }
-  });
-  if (dhidden) *dhidden = dh.to(hidden.dtype());
-  if (dweight) {
-    const bool reduced = weight.dtype() == DType::bf16 || weight.dtype() == DType::f16;
-    *dweight = dw.to(reduced ? DType::f32 : weight.dtype());
-  }
+  Tensor dh, dw;
+  linear_pass(s, row_weights.data<double>(), lse, nullptr, scale, dhidden ? &dh : nullptr,
+              dweight ? &dw : nullptr);
+  finish_linear_grads(hidden, weight, dh, dw, dhidden, dweight);
 }
 
 }  // namespace loom::kernels::cpu

@@ -8,7 +8,7 @@
 #include "loom/core/parallel.h"
 #include "loom/kernels/cpu/gemm.h"
 #include "loom/kernels/cpu/index.h"
-#include "loom/kernels/cpu/row_convert.h"
+#include "loom/kernels/cpu/row_helpers.h"
 
 namespace loom::kernels::cpu {
 
@@ -180,10 +180,7 @@ void moe_unpermute_backward(const Tensor& grad, const Tensor& y, const Tensor& r
           }
           if (dweights) {
             const C* yr = row_as(py + r * D, ybuf.data(), D);
-            C dot = 0;
-#pragma omp simd reduction(+ : dot)
-            for (int64_t i = 0; i < D; ++i) dot += g[i] * yr[i];
-            dw[t * K + k] = static_cast<double>(dot);
+            dw[t * K + k] = static_cast<double>(row_dot(g, yr, D));
           }
         }
       }

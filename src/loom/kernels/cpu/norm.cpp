@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "loom/core/parallel.h"
-#include "loom/kernels/cpu/row_convert.h"
+#include "loom/kernels/cpu/row_helpers.h"
 
 namespace loom::kernels::cpu {
 
@@ -103,9 +103,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps, DType compute
       std::vector<C> xbuf(static_cast<size_t>(d)), obuf(static_cast<size_t>(d));
       for (int64_t r = b; r < e; ++r) {
         const C* xr = row_as(px + r * d, xbuf.data(), d);
-        C ss = 0;
-#pragma omp simd reduction(+ : ss)
-        for (int64_t i = 0; i < d; ++i) ss += xr[i] * xr[i];
+        const C ss = row_dot(xr, xr, d);
         const C rs = C(1) / std::sqrt(ss / static_cast<C>(d) + ceps);
         pr[r] = rs;
         C* out = out_row(py + r * d, obuf.data());
@@ -161,20 +159,13 @@ void rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight
           }
           if (!pdx) continue;
           // dx = rs·(g⊙w) − x · rs³ · Σ(g⊙w⊙x) / D
-          C dot = 0;
           if (pw) {
-#pragma omp simd reduction(+ : dot)
-            for (int64_t i = 0; i < d; ++i) {
-              gw[i] = gr[i] * pw[i];
-              dot += gw[i] * xr[i];
-            }
+#pragma omp simd
+            for (int64_t i = 0; i < d; ++i) gw[i] = gr[i] * pw[i];
           } else {
-#pragma omp simd reduction(+ : dot)
-            for (int64_t i = 0; i < d; ++i) {
-              gw[i] = gr[i];
-              dot += gw[i] * xr[i];
-            }
+            std::copy(gr, gr + d, gw.data());
           }
+          const C dot = row_dot(gw.data(), xr, d);
           const C k = rs * rs * rs * dot / static_cast<C>(d);
           C* out = out_row(pdx + r * d, obuf.data());
 #pragma omp simd
@@ -213,13 +204,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
       std::vector<C> xbuf(d), obuf(d);
       for (int64_t r = b; r < e; ++r) {
         const C* xr = row_as(px + r * d, xbuf.data(), d);
-        C s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int64_t i = 0; i < d; ++i) s += xr[i];
-        const C mu = s * inv_d;
-        C v = 0;  // two passes: the variance of (x − mean) does not cancel catastrophically
-#pragma omp simd reduction(+ : v)
-        for (int64_t i = 0; i < d; ++i) v += (xr[i] - mu) * (xr[i] - mu);
+        const C mu = row_sum(xr, d) * inv_d;
+        // Two passes: the variance of (x − mean) does not cancel catastrophically.
+        const C v = row_centered_sum_squares(xr, mu, d);
         const C rs = C(1) / std::sqrt(v * inv_d + ceps);
         pm[r] = mu;
         pr[r] = rs;
@@ -276,14 +263,13 @@ void layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weig
           const C* xr = row_as(px + r * d, xbuf.data(), d);
           const C* gr = row_as(pg + r * d, gbuf.data(), d);
           const C mu = pm[r], rs = pr[r];
-          C sum_gw = 0, sum_gwx = 0;
-#pragma omp simd reduction(+ : sum_gw, sum_gwx)
+#pragma omp simd
           for (int64_t i = 0; i < d; ++i) {
             xhat[i] = (xr[i] - mu) * rs;
             gw[i] = pw ? gr[i] * pw[i] : gr[i];
-            sum_gw += gw[i];
-            sum_gwx += gw[i] * xhat[i];
           }
+          const C sum_gw = row_sum(gw.data(), d);
+          const C sum_gwx = row_dot(gw.data(), xhat.data(), d);
           if (pw_part) {
 #pragma omp simd
             for (int64_t i = 0; i < d; ++i) pw_part[i] += gr[i] * xhat[i];

@@ -5,7 +5,7 @@
 
 #include "loom/core/parallel.h"
 #include "loom/kernels/cpu/index.h"
-#include "loom/kernels/cpu/row_convert.h"
+#include "loom/kernels/cpu/row_helpers.h"
 
 namespace loom::kernels::cpu {
 
