@@ -5,11 +5,12 @@
 // FLOP convention (the FlashAttention papers'): forward = 2·B·H·(D + Dv)·pairs, where pairs =
 // Sq·Sk for full attention and S·(S+1)/2 for causal (= 4·B·H·S²·D·~0.5 when Dv = D); backward =
 // 2.5 × forward (five GEMMs instead of two); forward+backward = 3.5 × forward. Recomputation of P
-// in the backward is not counted as useful work. The sgemm reference is the pair
-// [S,64]×[64,S] then [S,S]×[S,64] (the QKᵀ and PV shapes), 2·2·S²·64 FLOPs per iteration.
+// in the backward is not counted as useful work. The sgemm reference: [S,64]×[64,S] (QKᵀ shape)
+// and [S,S]×[S,64] (PV shape), each 2·S²·64 FLOPs, combined as total FLOPs / total time.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -42,10 +43,9 @@ double attention_forward_flops(int64_t B, int64_t H, int64_t S, bool causal) {
   return 2.0 * B * H * (kHeadDim + kHeadDim) * pairs;
 }
 
-// args: S, H, KV, threads
-void BM_attention_fwd_bwd(benchmark::State& state) {
-  const int64_t S = state.range(0), H = state.range(1), KV = state.range(2), B = 1;
-  set_num_threads(static_cast<int>(state.range(3)));
+void attention_fwd_bwd(benchmark::State& state, int64_t S, int64_t H, int64_t KV, int threads) {
+  const int64_t B = 1;
+  set_num_threads(threads);
   Tensor q = random({B, S, H, kHeadDim}, 1), k = random({B, S, KV, kHeadDim}, 2),
          v = random({B, S, KV, kHeadDim}, 3), dout = random({B, S, H, kHeadDim}, 4);
   q.set_requires_grad(true);
@@ -64,45 +64,34 @@ void BM_attention_fwd_bwd(benchmark::State& state) {
   report(state, 3.5 * attention_forward_flops(B, H, S, true));
 }
 
-// args: S, H, KV, threads
-void BM_attention_fwd(benchmark::State& state) {
-  const int64_t S = state.range(0), H = state.range(1), KV = state.range(2), B = 1;
-  set_num_threads(static_cast<int>(state.range(3)));
+void attention_fwd(benchmark::State& state, int64_t S, int64_t H, int64_t KV, int threads) {
+  const int64_t B = 1;
+  set_num_threads(threads);
   Tensor q = random({B, S, H, kHeadDim}, 1), k = random({B, S, KV, kHeadDim}, 2),
          v = random({B, S, KV, kHeadDim}, 3);
   for (auto _ : state) benchmark::DoNotOptimize(ops::attention(q, k, v).raw_data());
   report(state, attention_forward_flops(B, H, S, true));
 }
 
-// args: S, threads. QKᵀ-shaped then PV-shaped sgemm, one head.
-void BM_sgemm_pair(benchmark::State& state) {
-  const int64_t S = state.range(0), D = kHeadDim;
-  set_num_threads(static_cast<int>(state.range(1)));
-  Tensor a = random({S, D}, 5), b = random({D, S}, 6), c = Tensor::empty({S, S}), d = Tensor::empty({S, D});
+// shape 0: [S,64]×[64,S] (the QKᵀ shape); shape 1: [S,S]×[S,64] (the PV shape).
+void sgemm(benchmark::State& state, int64_t S, int shape, int threads) {
+  const int64_t D = kHeadDim;
+  set_num_threads(threads);
+  Tensor a = random({S, D}, 5), b = random({D, S}, 6), c = random({S, S}, 7), d = Tensor::empty({S, D});
   for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, D, 1.f, a.data<float>(), D,
-                b.data<float>(), S, 0.f, c.data<float>(), S);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, D, S, 1.f, c.data<float>(), S,
-                a.data<float>(), D, 0.f, d.data<float>(), D);
+    if (shape == 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, D, 1.f, a.data<float>(), D,
+                  b.data<float>(), S, 0.f, c.data<float>(), S);
+    else
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, D, S, 1.f, c.data<float>(), S,
+                  a.data<float>(), D, 0.f, d.data<float>(), D);
   }
-  report(state, 2.0 * 2.0 * double(S) * double(S) * double(D));
+  report(state, 2.0 * double(S) * double(S) * double(D));
 }
 
-void attention_args(benchmark::internal::Benchmark* b) {
-  for (int threads : {1, 2})
-    for (int64_t S : {512, 2048})
-      for (auto [H, KV] : {std::pair<int64_t, int64_t>{8, 8}, {8, 2}}) b->Args({S, H, KV, threads});
-  b->ArgNames({"S", "H", "KV", "threads"})->Unit(benchmark::kMillisecond)->MinTime(0.3)->UseRealTime();
-}
-
-void sgemm_args(benchmark::internal::Benchmark* b) {
-  for (int threads : {1, 2})
-    for (int64_t S : {512, 2048}) b->Args({S, threads});
-  b->ArgNames({"S", "threads"})->Unit(benchmark::kMillisecond)->MinTime(0.3)->UseRealTime();
-}
-
-// Wall-clock rates (UseRealTime): OpenMP workers' CPU time is not the main thread's.
-// Keeps every run's GFLOP/s so the summary can put attention next to sgemm of the same run.
+// Best GFLOP/s over the repetitions of every run, so the summary can put attention next to the
+// sgemm measured moments before it (this machine is shared: the best repetition is the least
+// disturbed one).
 class SummaryReporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
@@ -111,38 +100,66 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       if (it == r.counters.end() || r.run_type != Run::RT_Iteration) continue;
       std::string name = r.benchmark_name();
       name = name.substr(0, name.find("/min_time:"));
-      gflops[name] = it->second.value;
+      gflops[name] = std::max(gflops[name], it->second.value / 1e9);
     }
     ConsoleReporter::ReportRuns(runs);
   }
   std::map<std::string, double> gflops;
 };
 
+const std::pair<int64_t, int64_t> kHeads[] = {{8, 8}, {8, 2}};  // MHA and GQA (4 q heads per kv head)
+
+std::string sgemm_name(int64_t S, int shape, int threads) {
+  return "sgemm/S:" + std::to_string(S) + "/shape:" + std::to_string(shape) + "/threads:" + std::to_string(threads);
+}
+std::string attention_name(const char* what, int64_t S, int64_t H, int64_t KV, int threads) {
+  return std::string(what) + "/S:" + std::to_string(S) + "/H:" + std::to_string(H) + "/KV:" +
+         std::to_string(KV) + "/threads:" + std::to_string(threads);
+}
+
 }  // namespace
 
-BENCHMARK(BM_sgemm_pair)->Apply(sgemm_args);
-BENCHMARK(BM_attention_fwd_bwd)->Apply(attention_args);
-BENCHMARK(BM_attention_fwd)->Apply(attention_args);
-
 int main(int argc, char** argv) {
+  // Registered per (threads, S) group: sgemm then attention back to back, so drift on a shared
+  // machine hits both sides of a ratio alike. Wall-clock rates: OpenMP workers' CPU time is not
+  // the main thread's.
+  for (int threads : {1, 2})
+    for (int64_t S : {512, 2048}) {
+      auto setup = [](benchmark::internal::Benchmark* b) {
+        b->Unit(benchmark::kMillisecond)->MinTime(0.3)->UseRealTime()->Repetitions(3);
+      };
+      for (int shape : {0, 1})
+        setup(benchmark::RegisterBenchmark(sgemm_name(S, shape, threads).c_str(), sgemm, S, shape, threads));
+      for (auto [H, KV] : kHeads)
+        setup(benchmark::RegisterBenchmark(attention_name("attention_fwd_bwd", S, H, KV, threads).c_str(),
+                                           attention_fwd_bwd, S, H, KV, threads));
+      for (auto [H, KV] : kHeads)
+        setup(benchmark::RegisterBenchmark(attention_name("attention_fwd", S, H, KV, threads).c_str(),
+                                           attention_fwd, S, H, KV, threads));
+    }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   SummaryReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  std::printf("\nAttention fwd+bwd (causal, B=1, D=64) vs sgemm pair [S,64]x[64,S] + [S,S]x[S,64]\n");
-  std::printf("FLOPs: fwd = 2*B*H*(D+Dv)*S*(S+1)/2, bwd = 2.5*fwd; fwd+bwd = 3.5*fwd\n");
-  std::printf("%-8s %-8s %-6s %14s %14s %8s\n", "threads", "S", "H/KV", "attn GFLOP/s", "sgemm GFLOP/s", "ratio");
+  std::printf("\nAttention fwd+bwd (causal, B=1, D=Dv=64) vs raw sgemm on [S,64]x[64,S] and [S,S]x[S,64]\n");
+  std::printf("FLOPs: fwd = 2*B*H*(D+Dv)*S*(S+1)/2 (= 4*B*H*S^2*D*~0.5), bwd = 2.5*fwd, fwd+bwd = 3.5*fwd\n");
+  std::printf("sgemm ref = both shapes together: total FLOPs / total time; ratio = attention / ref;\n");
+  std::printf("each figure is the best of its repetitions\n");
+  std::printf("%-8s %-6s %-6s %12s %12s %12s %12s %7s\n", "threads", "S", "H/KV", "attn GF/s", "QK^T GF/s",
+              "PV GF/s", "ref GF/s", "ratio");
   for (int threads : {1, 2})
     for (int64_t S : {512, 2048}) {
-      const std::string g = "BM_sgemm_pair/S:" + std::to_string(S) + "/threads:" + std::to_string(threads);
-      if (!reporter.gflops.count(g)) continue;
-      for (auto [H, KV] : {std::pair<int64_t, int64_t>{8, 8}, {8, 2}}) {
-        const std::string a = "BM_attention_fwd_bwd/S:" + std::to_string(S) + "/H:" + std::to_string(H) +
-                              "/KV:" + std::to_string(KV) + "/threads:" + std::to_string(threads);
+      if (!reporter.gflops.count(sgemm_name(S, 0, threads)) || !reporter.gflops.count(sgemm_name(S, 1, threads)))
+        continue;
+      const double qk = reporter.gflops[sgemm_name(S, 0, threads)], pv = reporter.gflops[sgemm_name(S, 1, threads)];
+      const double ref = 2.0 / (1.0 / qk + 1.0 / pv);  // equal FLOPs per shape
+      for (auto [H, KV] : kHeads) {
+        const std::string a = attention_name("attention_fwd_bwd", S, H, KV, threads);
         if (!reporter.gflops.count(a)) continue;
-        const double ga = reporter.gflops[a] / 1e9, gs = reporter.gflops[g] / 1e9;
-        std::printf("%-8d %-8lld %lld/%-4lld %14.1f %14.1f %7.0f%%\n", threads, static_cast<long long>(S),
-                    static_cast<long long>(H), static_cast<long long>(KV), ga, gs, 100.0 * ga / gs);
+        const double ga = reporter.gflops[a];
+        std::printf("%-8d %-6lld %lld/%-4lld %12.1f %12.1f %12.1f %12.1f %6.0f%%\n", threads,
+                    static_cast<long long>(S), static_cast<long long>(H), static_cast<long long>(KV), ga,
+                    qk, pv, ref, 100.0 * ga / ref);
       }
     }
   benchmark::Shutdown();

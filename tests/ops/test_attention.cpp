@@ -115,6 +115,7 @@ std::vector<Case> mask_cases() {
       {"documents_noncausal", 1, 6, 6, 2, 2, 3, 3, false, 0, {{1, 4, 6}}, 0},
       {"q_offset", 1, 3, 7, 2, 1, 3, 3, true, 4, {}, 0},
       {"q_offset_negative", 1, 5, 5, 2, 2, 3, 3, true, -2, {}, 0},
+      {"documents_q_offset", 1, 4, 9, 2, 1, 3, 3, true, 5, {{3, 7, 9}}, 0},
       {"mla_scale", 1, 5, 5, 2, 2, 6, 4, true, 0, {}, 0.37},
   };
 }

@@ -204,8 +204,9 @@ inline void visible_cols(const int64_t* range, int64_t j0, int64_t jn, int64_t& 
   c1 = std::clamp<int64_t>(range[1] - j0, 0, jn);
 }
 
-int threads_for(int64_t items) {
-  if (omp_in_parallel()) return 1;
+// Below ~2 MFLOP a parallel region costs more than it saves (results do not depend on it).
+int threads_for(int64_t items, double flops) {
+  if (omp_in_parallel() || flops < 2e6) return 1;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), items)));
 }
 
@@ -236,7 +237,7 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, double s
   const int64_t Bq = tiles.fwd_q_block, Bk = tiles.fwd_k_block;
   const int64_t nqb = ceil_div(d.Sq, Bq);
   const int64_t items = nqb * d.B * d.H;
-  const int nt = threads_for(items);
+  const int nt = threads_for(items, 2.0 * d.B * d.H * d.Sq * d.Sk * (d.D + d.Dv));
   // Per thread: S/P tile [Bq, Bk], O accumulator [Bq, Dv], running max and sum [Bq] each.
   const int64_t ws_size = round_up(Bq * Bk + Bq * d.Dv + 2 * Bq, 16);
   Tensor ws_t = Tensor::empty({nt, ws_size}, dtype_of<T>::value);
@@ -372,7 +373,7 @@ void backward_impl(const Tensor& dout_t, const Tensor& qt, const Tensor& kt, con
   const int64_t ldq = d.H * d.D;
 
   const int64_t items = nc * d.B * d.KV;
-  const int nt = threads_for(items);
+  const int nt = threads_for(items, 5.0 * d.B * d.H * d.Sq * d.Sk * (d.D + d.Dv));
   // Per thread: P/dS tile and dP tile [Bq, Bk], dK and dV accumulators [Bk, D] / [Bk, Dv].
   const int64_t ws_size = round_up(2 * Bq * Bk + Bk * d.D + Bk * d.Dv, 16);
   Tensor ws_t = Tensor::empty({nt, ws_size}, compute);

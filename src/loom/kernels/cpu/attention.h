@@ -37,7 +37,7 @@ struct AttentionMask {
 struct AttentionTiles {
   int64_t fwd_q_block = 64;
   int64_t fwd_k_block = 256;
-  int64_t bwd_q_block = 64;
+  int64_t bwd_q_block = 128;
   int64_t bwd_k_block = 128;
 };
 
