@@ -1,0 +1,30 @@
+// Parameter counts and training FLOPs per token, from the configuration alone (no model needed),
+// for MFU: FLOPs/token = 6·N_matmul + 6·S·Σ_layers H·(d_qk + d_v), where N_matmul counts every
+// 2-D weight a token goes through in a matmul (the LM head included, the input embedding not; for
+// MoE only the router, the k routed experts it uses and the shared experts) and the attention term
+// is the forward QKᵀ and PV products (2·S·H·d each) tripled for training, as
+// shared/bench/README.md writes it (12·L·d_model·S for standard attention, causal mask not
+// discounted). MTP depths add their eh_proj, layer and one more LM-head product.
+#pragma once
+
+#include <cstdint>
+
+#include "loom/models/model_args.h"
+
+namespace loom::models {
+
+struct ParameterCounts {
+  int64_t total = 0;             // every parameter (what num_parameters() reports)
+  int64_t embedding = 0;         // the input embedding table
+  int64_t output_layer = 0;      // the untied LM head (0 when tied)
+  int64_t mtp = 0;               // MTP layers (without the shared embedding/head)
+  int64_t active_per_token = 0;  // total minus the routed experts a token does not use
+  int64_t matmul_per_token = 0;  // N_matmul of the FLOPs formula (main model, no MTP)
+};
+
+ParameterCounts count_parameters(const ModelArgs& args);
+
+// Training (forward + backward) FLOPs per token for sequences of `seq_length` tokens.
+double training_flops_per_token(const ModelArgs& args, int64_t seq_length, bool include_mtp = true);
+
+}  // namespace loom::models
