@@ -1,0 +1,293 @@
+#include "loom/dist/process_group.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "loom/core/trace.h"
+#include "loom/dist/watchdog.h"
+
+namespace loom::dist {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
+  }
+  return "?";
+}
+
+bool is_comm_dtype(DType d) {
+  return d == DType::f32 || d == DType::bf16 || d == DType::f64 || d == DType::i64 || d == DType::i32;
+}
+
+namespace {
+
+template <typename T, typename Acc>
+void reduce_typed(const std::vector<const void*>& srcs, void* dst, int64_t count, ReduceOp op) {
+  T* out = static_cast<T*>(dst);
+  const size_t n = srcs.size();
+  // Element-major with ranks innermost: each output is a fixed left-to-right chain over ranks.
+  for (int64_t i = 0; i < count; ++i) {
+    Acc acc = static_cast<Acc>(static_cast<const T*>(srcs[0])[i]);
+    for (size_t r = 1; r < n; ++r) {
+      const Acc v = static_cast<Acc>(static_cast<const T*>(srcs[r])[i]);
+      switch (op) {
+        case ReduceOp::sum: acc = acc + v; break;
+        case ReduceOp::max: acc = v > acc ? v : acc; break;
+        case ReduceOp::min: acc = v < acc ? v : acc; break;
+      }
+    }
+    out[i] = static_cast<T>(acc);
+  }
+}
+
+// Sums are the hot path (gradients): a rank-ordered chain per element, vectorised across
+// elements (no reassociation: each lane runs the same chain), blocked for the cache.
+template <typename T>
+void sum_fp(const std::vector<const void*>& srcs, T* out, int64_t count) {
+  constexpr int64_t kBlock = 4096;
+  const size_t n = srcs.size();
+  for (int64_t b = 0; b < count; b += kBlock) {
+    const int64_t e = std::min(count, b + kBlock);
+    const T* s0 = static_cast<const T*>(srcs[0]);
+    if (static_cast<const void*>(out) != static_cast<const void*>(s0)) std::memcpy(out + b, s0 + b, (e - b) * sizeof(T));
+    for (size_t r = 1; r < n; ++r) {
+      const T* s = static_cast<const T*>(srcs[r]);
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) out[i] = out[i] + s[i];
+    }
+  }
+}
+
+void sum_bf16(const std::vector<const void*>& srcs, bf16* out, int64_t count) {
+  constexpr int64_t kBlock = 2048;
+  float acc[kBlock];
+  const size_t n = srcs.size();
+  for (int64_t b = 0; b < count; b += kBlock) {
+    const int64_t len = std::min(count - b, kBlock);
+    const bf16* s0 = static_cast<const bf16*>(srcs[0]) + b;
+    for (int64_t i = 0; i < len; ++i) acc[i] = static_cast<float>(s0[i]);
+    for (size_t r = 1; r < n; ++r) {
+      const bf16* s = static_cast<const bf16*>(srcs[r]) + b;
+      for (int64_t i = 0; i < len; ++i) acc[i] += static_cast<float>(s[i]);
+    }
+    for (int64_t i = 0; i < len; ++i) out[b + i] = bf16(acc[i]);
+  }
+}
+
+}  // namespace
+
+void reduce_in_rank_order(const std::vector<const void*>& srcs, void* dst, int64_t count, DType dtype, ReduceOp op) {
+  LOOM_ASSERT(!srcs.empty());
+  if (count == 0) return;
+  if (op == ReduceOp::sum) {
+    switch (dtype) {
+      case DType::f32: return sum_fp(srcs, static_cast<float*>(dst), count);
+      case DType::f64: return sum_fp(srcs, static_cast<double*>(dst), count);
+      case DType::bf16: return sum_bf16(srcs, static_cast<bf16*>(dst), count);
+      default: break;
+    }
+  }
+  switch (dtype) {
+    case DType::f32: return reduce_typed<float, float>(srcs, dst, count, op);
+    case DType::f64: return reduce_typed<double, double>(srcs, dst, count, op);
+    case DType::bf16: return reduce_typed<bf16, float>(srcs, dst, count, op);
+    case DType::i64: return reduce_typed<int64_t, int64_t>(srcs, dst, count, op);
+    case DType::i32: return reduce_typed<int32_t, int32_t>(srcs, dst, count, op);
+    default: LOOM_THROW(DTypeError, "reduce: dtype ", dtype_name(dtype), " is not supported");
+  }
+}
+
+ProcessGroup::ProcessGroup(std::string axis, int rank, std::vector<int> members)
+    : axis_(std::move(axis)), rank_(rank), members_(std::move(members)) {
+  LOOM_CHECK(rank_ >= 0 && rank_ < static_cast<int>(members_.size()), ValueError, "process group '", axis_,
+             "': rank ", rank_, " is outside the group of ", members_.size());
+}
+
+void ProcessGroup::check_dtype(DType dtype, const char* op) const {
+  LOOM_CHECK(is_comm_dtype(dtype), DTypeError, op, " on mesh axis '", axis_, "': dtype ", dtype_name(dtype),
+             " is not supported; collectives move float32, bfloat16, float64, int64 or int32");
+}
+
+void ProcessGroup::check_peer(int peer, const char* op) const {
+  LOOM_CHECK(peer >= 0 && peer < size() && peer != rank_, ValueError, op, " on mesh axis '", axis_, "': peer ", peer,
+             " must be another rank of the group of ", size(), " (this is rank ", rank_, ")");
+}
+
+void ProcessGroup::run_all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) {
+  check_dtype(dtype, "all_reduce");
+  if (size() == 1 || count == 0) return;
+  LOOM_TRACE("comm", "all_reduce");
+  CollectiveScope scope("all_reduce", axis_, size());
+  ++stats_.num_collectives;
+  do_all_reduce(data, count, dtype, op);
+}
+
+void ProcessGroup::run_reduce_scatter(const void* input, int64_t in_count, void* output, int64_t out_count,
+                                      DType dtype, ReduceOp op) {
+  check_dtype(dtype, "reduce_scatter");
+  LOOM_CHECK(in_count == out_count * size(), ShapeError, "reduce_scatter on mesh axis '", axis_, "': input has ",
+             in_count, " elements but must hold ", size(), " chunks of the output's ", out_count);
+  if (size() == 1) {
+    if (out_count && output != input) std::memcpy(output, input, static_cast<size_t>(out_count) * dtype_size(dtype));
+    return;
+  }
+  LOOM_TRACE("comm", "reduce_scatter");
+  CollectiveScope scope("reduce_scatter", axis_, size());
+  ++stats_.num_collectives;
+  do_reduce_scatter(input, output, out_count, dtype, op);
+}
+
+void ProcessGroup::run_all_gather(const void* input, int64_t in_count, void* output, int64_t out_count, DType dtype) {
+  check_dtype(dtype, "all_gather");
+  LOOM_CHECK(out_count == in_count * size(), ShapeError, "all_gather on mesh axis '", axis_, "': output has ",
+             out_count, " elements but must hold ", size(), " chunks of the input's ", in_count);
+  if (size() == 1) {
+    if (in_count && output != input) std::memcpy(output, input, static_cast<size_t>(in_count) * dtype_size(dtype));
+    return;
+  }
+  LOOM_TRACE("comm", "all_gather");
+  CollectiveScope scope("all_gather", axis_, size());
+  ++stats_.num_collectives;
+  do_all_gather(input, output, in_count, dtype);
+}
+
+void ProcessGroup::run_all_to_all_v(const void* input, int64_t in_count, const std::vector<int64_t>& send_counts,
+                                    void* output, int64_t out_count, const std::vector<int64_t>& recv_counts,
+                                    DType dtype) {
+  check_dtype(dtype, "all_to_all_v");
+  LOOM_CHECK(static_cast<int>(send_counts.size()) == size() && static_cast<int>(recv_counts.size()) == size(),
+             ValueError, "all_to_all_v on mesh axis '", axis_, "': send_counts (", send_counts.size(),
+             ") and recv_counts (", recv_counts.size(), ") need one entry per rank of the group of ", size());
+  int64_t s = 0, r = 0;
+  for (int i = 0; i < size(); ++i) {
+    LOOM_CHECK(send_counts[i] >= 0 && recv_counts[i] >= 0, ValueError, "all_to_all_v on mesh axis '", axis_,
+               "': counts must be >= 0 (rank ", i, ": send ", send_counts[i], ", recv ", recv_counts[i], ")");
+    s += send_counts[i];
+    r += recv_counts[i];
+  }
+  LOOM_CHECK(s <= in_count && r <= out_count, ShapeError, "all_to_all_v on mesh axis '", axis_, "': counts add up to ",
+             s, " sent / ", r, " received but the buffers hold ", in_count, " / ", out_count, " elements");
+  if (size() == 1) {
+    if (s && output != input) std::memcpy(output, input, static_cast<size_t>(s) * dtype_size(dtype));
+    return;
+  }
+  LOOM_TRACE("comm", "all_to_all_v");
+  CollectiveScope scope("all_to_all_v", axis_, size());
+  ++stats_.num_collectives;
+  do_all_to_all_v(input, send_counts, output, recv_counts, dtype);
+}
+
+void ProcessGroup::run_send(const void* data, int64_t count, DType dtype, int peer, int tag) {
+  check_dtype(dtype, "send");
+  check_peer(peer, "send");
+  CollectiveScope scope("send", axis_, size());
+  do_send(data, count, dtype, peer, tag);
+}
+
+void ProcessGroup::run_recv(void* data, int64_t count, DType dtype, int peer, int tag) {
+  check_dtype(dtype, "recv");
+  check_peer(peer, "recv");
+  CollectiveScope scope("recv", axis_, size());
+  do_recv(data, count, dtype, peer, tag);
+}
+
+void ProcessGroup::run_broadcast(void* data, int64_t count, DType dtype, int root) {
+  check_dtype(dtype, "broadcast");
+  LOOM_CHECK(root >= 0 && root < size(), ValueError, "broadcast on mesh axis '", axis_, "': root ", root,
+             " is outside the group of ", size());
+  if (size() == 1 || count == 0) return;
+  LOOM_TRACE("comm", "broadcast");
+  CollectiveScope scope("broadcast", axis_, size());
+  ++stats_.num_collectives;
+  do_broadcast(data, count, dtype, root);
+}
+
+void ProcessGroup::barrier() {
+  if (size() == 1) return;
+  CollectiveScope scope("barrier", axis_, size());
+  do_barrier();
+}
+
+namespace {
+void check_tensor(const Tensor& t, const char* op, const char* arg, const std::string& axis) {
+  LOOM_CHECK(t.defined(), ValueError, op, " on mesh axis '", axis, "': ", arg, " is undefined");
+  LOOM_CHECK(t.is_contiguous(), ValueError, op, " on mesh axis '", axis, "': ", arg,
+             " must be contiguous (call .contiguous() first)");
+  LOOM_CHECK(!t.is_meta(), DeviceError, op, " on mesh axis '", axis, "': ", arg, " is on the meta device");
+}
+}  // namespace
+
+void ProcessGroup::all_reduce(const Tensor& data, ReduceOp op) {
+  check_tensor(data, "all_reduce", "data", axis_);
+  run_all_reduce(data.raw_data(), data.numel(), data.dtype(), op);
+}
+
+void ProcessGroup::reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) {
+  check_tensor(input, "reduce_scatter", "input", axis_);
+  check_tensor(output, "reduce_scatter", "output", axis_);
+  LOOM_CHECK(input.dtype() == output.dtype(), DTypeError, "reduce_scatter on mesh axis '", axis_, "': input is ",
+             dtype_name(input.dtype()), " but output is ", dtype_name(output.dtype()));
+  run_reduce_scatter(input.raw_data(), input.numel(), output.raw_data(), output.numel(), input.dtype(), op);
+}
+
+void ProcessGroup::all_gather(const Tensor& input, const Tensor& output) {
+  check_tensor(input, "all_gather", "input", axis_);
+  check_tensor(output, "all_gather", "output", axis_);
+  LOOM_CHECK(input.dtype() == output.dtype(), DTypeError, "all_gather on mesh axis '", axis_, "': input is ",
+             dtype_name(input.dtype()), " but output is ", dtype_name(output.dtype()));
+  run_all_gather(input.raw_data(), input.numel(), output.raw_data(), output.numel(), input.dtype());
+}
+
+void ProcessGroup::broadcast(const Tensor& data, int root) {
+  check_tensor(data, "broadcast", "data", axis_);
+  run_broadcast(data.raw_data(), data.numel(), data.dtype(), root);
+}
+
+double ProcessGroup::all_reduce_scalar(double value, ReduceOp op) {
+  run_all_reduce(&value, 1, DType::f64, op);
+  return value;
+}
+
+int64_t ProcessGroup::all_reduce_scalar(int64_t value, ReduceOp op) {
+  run_all_reduce(&value, 1, DType::i64, op);
+  return value;
+}
+
+// ---- One rank ---------------------------------------------------------------------------------
+
+namespace {
+
+class SingleRankGroup final : public ProcessGroup {
+ public:
+  SingleRankGroup(std::string axis, int world_rank) : ProcessGroup(std::move(axis), 0, {world_rank}) {}
+
+ protected:
+  // The front-ends return before reaching these for a group of one, except point to point,
+  // which has no peer to talk to.
+  void do_all_reduce(void*, int64_t, DType, ReduceOp) override {}
+  void do_reduce_scatter(const void*, void*, int64_t, DType, ReduceOp) override {}
+  void do_all_gather(const void*, void*, int64_t, DType) override {}
+  void do_all_to_all_v(const void*, const std::vector<int64_t>&, void*, const std::vector<int64_t>&, DType) override {}
+  void do_send(const void*, int64_t, DType, int, int) override {}
+  void do_recv(void*, int64_t, DType, int, int) override {}
+  void do_broadcast(void*, int64_t, DType, int) override {}
+  void do_barrier() override {}
+
+ public:
+  std::unique_ptr<ProcessGroup> split(std::string axis, const std::vector<int>& members) override {
+    LOOM_CHECK(members.size() == 1 && members[0] == 0, ValueError, "split of a one-rank group into mesh axis '",
+               axis, "': the only member can be rank 0");
+    return std::make_unique<SingleRankGroup>(std::move(axis), this->members()[0]);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ProcessGroup> make_single_rank_group(std::string axis, int world_rank) {
+  return std::make_unique<SingleRankGroup>(std::move(axis), world_rank);
+}
+
+}  // namespace loom::dist
