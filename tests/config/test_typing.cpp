@@ -224,3 +224,9 @@ TEST(Typing, FlattenedSpecBlockIsExplained) {
             std::string::npos)
       << e;
 }
+
+TEST(Typing, FieldInTheWrongSectionNamesItsSection) {
+  EXPECT_EQ(errors("training:\n  tensor_parallel: 2\n"),
+            "test.yaml:2:3: training.tensor_parallel: Unknown configuration keys for TrainingConfig: "
+            "['tensor_parallel']; 'tensor_parallel' is a field of the parallelism section: move it there");
+}

@@ -171,13 +171,51 @@ void read_value(ReadContext& ctx, const ConfigNode& node, const std::string& pat
   out = std::move(value);
 }
 
+namespace {
+
+struct NameCollector {
+  std::vector<std::string> names;
+  template <class T>
+  void operator()(const char* n, T&) { names.emplace_back(n); }
+  template <class T>
+  void alias(const char*, const char*, T&) {}
+};
+
+template <class S>
+std::vector<std::string> field_names() {
+  S section;
+  NameCollector names;
+  S::visit(section, names);
+  return names.names;
+}
+
+// The section whose field `key` is, for keys written in the wrong section.
+std::string owning_section(const std::string& key) {
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> owners = {
+      {"training", field_names<TrainingConfig>()},     {"parallelism", field_names<ParallelismConfig>()},
+      {"checkpoint", field_names<CheckpointConfig>()}, {"optimizer", field_names<OptimizerConfig>()},
+      {"lr_scheduler", field_names<LrSchedulerConfig>()}, {"train_dataset", field_names<TrainDatasetConfig>()},
+      {"train_dataset.dataloader", field_names<DataloaderConfig>()}, {"profiler", field_names<ProfilerConfig>()},
+      {"recompute", field_names<RecomputeConfig>()},   {"swap", field_names<SwapConfig>()},
+      {"monitor", field_names<MonitorConfig>()}};
+  for (const auto& [section, names] : owners)
+    for (const auto& n : names)
+      if (n == key && n != "type" && n != "enable" && n != "select_module") return section;
+  return "";
+}
+
+}  // namespace
+
 void report_unknown_key(ReadContext& ctx, const std::string& path, const std::string& key, const char* class_name,
                         const std::vector<std::string>& allowed) {
   const std::string shown = key.size() > 100 ? key.substr(0, 97) + "..." : key;
   std::string msg = std::string("Unknown configuration keys for ") + class_name + ": ['" + shown + "']";
   std::string suggestion = did_you_mean(key, allowed);
+  const std::string owner = owning_section(key);
   if (!suggestion.empty()) {
     msg += suggestion;
+  } else if (!owner.empty()) {
+    msg += "; '" + key + "' is a field of the " + owner + " section: move it there";
   } else {
     msg += "; allowed keys:";
     for (std::size_t i = 0; i < allowed.size(); ++i) msg += (i ? ", " : " ") + allowed[i];

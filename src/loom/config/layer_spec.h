@@ -60,7 +60,7 @@ struct PipelinePlan {
 
 // Resolves the pipeline placement of `num_layers` decoder layers (without MTP layers). Problems
 // go to `diag` (paths under "parallelism."); returns nullopt when the placement is invalid.
-// `explicit_fields` tells a default from a value the user wrote (for warnings).
+// `config` tells a default from a value the user wrote (for warnings).
 std::optional<PipelinePlan> plan_pipeline(const ParallelismConfig& parallelism, std::optional<std::int64_t> num_layers,
                                           const TrainConfig& config, Diagnostics& diag);
 

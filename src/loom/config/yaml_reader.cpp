@@ -1,10 +1,6 @@
 #include "loom/config/yaml_reader.h"
 
-// yaml-cpp 0.7's own headers trip GCC 12's -Wdangling-pointer (a false positive in its node code).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdangling-pointer"
 #include <yaml-cpp/yaml.h>
-#pragma GCC diagnostic pop
 
 #include <filesystem>
 #include <fstream>
@@ -330,7 +326,9 @@ class Converter {
     std::unordered_map<std::string, int> first_line;
     std::vector<YAML::Node> merge_storage;
     for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node& key = it->first;
+      // Copies: `it->first` refers into a temporary proxy that dies at the end of the statement.
+      const YAML::Node key = it->first;
+      const YAML::Node value = it->second;
       const SourceMark key_mark = mark_of(key);
       if (key.Type() != YAML::NodeType::Scalar) {
         error(key_mark, path, key.IsNull() ? "empty mapping key; write 'name: value'"
@@ -340,18 +338,18 @@ class Converter {
       const std::string name = key.Scalar();
       const std::string p = child_path(path, name);
       if (name == "<<" && key.Tag() == "?") {  // YAML merge key: "<<: *defaults"
-        merge_storage.push_back(it->second);
+        merge_storage.push_back(value);
         continue;
       }
       if (auto seen = first_line.find(name); seen != first_line.end()) {
         error(key_mark, p, "duplicate key '" + name + "' (first defined at line " + std::to_string(seen->second) +
                                "); YAML keys must be unique, delete one of them");
         ConfigNode* existing = out.find(name);
-        *existing = convert(it->second, p, depth + 1);
+        *existing = convert(value, p, depth + 1);
         continue;
       }
       first_line[name] = key_mark.line;
-      ConfigEntry entry{name, key_mark, convert(it->second, p, depth + 1)};
+      ConfigEntry entry{name, key_mark, convert(value, p, depth + 1)};
       if (entry.value.is_null()) {
         check_colon_after_key(key, key_mark, p);
         entry.value.mark = key_mark;
