@@ -27,6 +27,11 @@ class TrainModel {
   virtual ForwardResult forward(const data::Batch& batch) = 0;
   // Called once per optimizer update, after it (aux-loss-free expert-bias update, counter resets).
   virtual void after_optimizer_step() {}
+  // The factor the trainer applies to forward()'s loss before backward (1/A with A micro-batches):
+  // losses the model injects into backward itself (MoE balance, MTP) must be scaled alike.
+  virtual void set_backward_scale(double scale) {}
+  // Per-head max attention logits are tracked for QK-clip (Muon) when on.
+  virtual void set_track_max_logits(bool on) {}
   // Training FLOPs per token (forward + backward), for MFU.
   virtual double flops_per_token(int64_t seq_length) const = 0;
   // The transformer layers, for recompute/swap (MTP layer k has index num_layers + k).

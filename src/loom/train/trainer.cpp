@@ -48,6 +48,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 bool stop_requested() { return g_stop.load(); }
 void request_stop() { g_stop.store(true); }
+void clear_stop_request() { g_stop.store(false); }
 
 // ---- Construction ----------------------------------------------------------------------------
 
@@ -67,6 +68,12 @@ Trainer::~Trainer() {
 }
 
 void Trainer::build() {
+  if (!options_.run_dir.empty() && options_.rank == 0) {
+    std::error_code ec;
+    fs::create_directories(options_.run_dir, ec);
+    LOOM_CHECK(!ec, IOError, "cannot create the run directory '", options_.run_dir, "': ", ec.message(),
+               " (pass --output with a writable path)");
+  }
   apply_thread_env();
   peak_gflops_ = peak_flops(num_threads()).gflops * options_.world_size;
   const auto& training = config_.training;
@@ -83,6 +90,7 @@ void Trainer::build() {
   // Model on the meta device → weights → memory policy.
   model_ = model_factory_(config_.model);
   LOOM_CHECK(model_ != nullptr, ConfigError, "model: no model was built");
+  model_->set_backward_scale(1.0 / static_cast<double>(state_.num_accumulation_steps));
   model_->module().materialize(static_cast<uint64_t>(training.seed));
   const int64_t total_layers = model_->num_layers() + model_->num_mtp_layers();
   memory::RecomputeOptions rc = recompute_options(config_.recompute, config_.recompute_comm, total_layers);
@@ -109,6 +117,7 @@ void Trainer::build() {
   context.model_no_decay = model_->no_weight_decay();
   optimizer_ = optim::build_optimizer(optimizer_json(config_.optimizer), params, context);
   optimizer_->set_lr_scheduler(scheduler_);
+  if (auto* muon = dynamic_cast<optim::Muon*>(optimizer_.get())) model_->set_track_max_logits(muon->options().qk_clip_enabled);
 
   // Checkpoints, metrics, profiler, callbacks.
   CheckpointOptions ck;

@@ -99,6 +99,7 @@ class Trainer {
 
 // True once SIGINT or SIGTERM arrived (the loop stops after the current step).
 bool stop_requested();
-void request_stop();  // for tests
+void request_stop();        // for tests
+void clear_stop_request();
 
 }  // namespace loom::train

@@ -1,0 +1,112 @@
+// loom train --config FILE [--set key=value ...] [--output DIR] [--threads N]
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+
+#include "command.h"
+#include "loom/config/config.h"
+#include "loom/core/log.h"
+#include "loom/core/parallel.h"
+#include "loom/train/causal_lm_model.h"
+#include "loom/train/metrics.h"
+#include "loom/train/trainer.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: loom train --config FILE [--set key=value ...] [--output DIR] [--threads N]\n"
+    "  --config FILE    the training YAML (see docs/configuration.md)\n"
+    "  --set k=v        override a field before validation, e.g. --set training.steps=20\n"
+    "  --output DIR     run directory (config.yaml, train.log, metrics.jsonl, checkpoints);\n"
+    "                   default runs/<config name>-<date>-<time>\n"
+    "  --threads N      compute threads (default: LOOM_NUM_THREADS, else every core)\n";
+
+std::string default_run_dir(const std::string& config_path) {
+  char stamp[32];
+  std::time_t now = std::time(nullptr);
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
+  return (std::filesystem::path("runs") / (std::filesystem::path(config_path).stem().string() + "-" + stamp)).string();
+}
+
+int run_train(const std::vector<std::string>& args) {
+  std::string config_path, output;
+  std::vector<std::string> overrides;
+  int threads = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) {
+        std::fprintf(stderr, "error: %s needs a value\n%s", a.c_str(), kUsage);
+        std::exit(2);
+      }
+      return args[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    } else if (a == "--config") {
+      config_path = value();
+    } else if (a == "--set") {
+      overrides.push_back(value());
+    } else if (a == "--output") {
+      output = value();
+    } else if (a == "--threads") {
+      std::string v = value();
+      char* end = nullptr;
+      long n = std::strtol(v.c_str(), &end, 10);
+      if (!end || *end || n < 1) {
+        std::fprintf(stderr, "error: --threads '%s' is not a positive integer\n", v.c_str());
+        return 2;
+      }
+      threads = static_cast<int>(n);
+    } else {
+      std::fprintf(stderr, "error: unknown option '%s'\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+  }
+  if (config_path.empty()) {
+    std::fprintf(stderr, "error: --config FILE is required\n%s", kUsage);
+    return 2;
+  }
+  if (threads > 0) loom::set_num_threads(threads);
+
+  loom::config::LoadOptions load;
+  load.overrides = overrides;
+  load.world_size = 1;
+  loom::config::TrainConfig config;
+  try {
+    config = loom::config::load_config(config_path, load);
+  } catch (const loom::ConfigReadError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+
+  const std::string run_dir = output.empty() ? default_run_dir(config_path) : output;
+  std::filesystem::create_directories(run_dir);
+  loom::log::set_file((std::filesystem::path(run_dir) / "train.log").string());
+  loom::config::write_effective_config(config, (std::filesystem::path(run_dir) / "config.yaml").string());
+  loom::log::info("run directory: ", run_dir);
+
+  loom::train::TrainerOptions options;
+  options.run_dir = run_dir;
+  loom::train::Trainer trainer(std::move(config), loom::train::build_causal_lm, options);
+  loom::train::TrainSummary s = trainer.train();
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "done: steps %lld→%lld, loss %.4f → %.4f, %.0f tokens/s (MFU %.1f%%), run directory %s",
+                static_cast<long long>(s.first_step), static_cast<long long>(s.last_step), s.first_loss, s.last_loss,
+                s.mean_tokens_per_s, s.mean_mfu * 100.0, s.run_dir.c_str());
+  loom::log::info(line);
+  if (s.interrupted) {
+    const auto& ck = trainer.checkpoints().options();
+    loom::log::info("stopped early; to continue: loom train --config ", run_dir, "/config.yaml --set checkpoint.load_path=",
+                    ck.save_path);
+  }
+  return 0;
+}
+
+}  // namespace
+
+LOOM_COMMAND("train", "train a model from a YAML configuration", run_train);

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Sizes A and B of shared/bench/README.md through `loom train`, next to the PyTorch reference
+# (shared/bench/torch_llama_reference.py), alternating, in one run. Prints tokens/s, MFU and peak
+# RSS of each run and the Loom/PyTorch ratios. Both use the median step time after warm-up.
+#   bench/train_throughput.sh               # sizes A and B, 2 rounds, 2 threads
+#   SIZES=a ROUNDS=3 THREADS=1 bench/train_throughput.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SIZES=${SIZES:-"a b"}
+ROUNDS=${ROUNDS:-2}
+THREADS=${THREADS:-2}
+REFERENCE=${REFERENCE:-../shared/bench/torch_llama_reference.py}
+PY=/usr/bin/python3
+
+if ! $PY -c "import torch" 2>/dev/null || [ ! -d /usr/lib/x86_64-linux-gnu/openblas-openmp ]; then
+  echo "installing the PyTorch reference's packages (python3-torch, libopenblas0-openmp)"
+  apt-get install -y -qq python3-torch libopenblas0-openmp >/dev/null
+fi
+[ -f "$REFERENCE" ] || { echo "error: $REFERENCE not found; set REFERENCE=path/to/torch_llama_reference.py"; exit 2; }
+scripts/build.sh --target loom >/dev/null
+mkdir -p bench-data
+
+median_loom() {  # metrics.jsonl, warm-up steps to skip -> "tokens_per_s mfu"
+  $PY - "$1" "$2" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = rows[int(sys.argv[2]):]
+rows.sort(key=lambda r: r["step_time_s"])
+m = rows[len(rows) // 2]
+print(m["tokens_per_s"], m["mfu"])
+PYEOF
+}
+
+printf "%-5s %-7s %5s %12s %8s %10s\n" size runner round tokens/s MFU peakRSS_MB
+declare -A SUM
+for size in $SIZES; do
+  upper=$(echo "$size" | tr a-z A-Z)
+  if [ "$size" = a ]; then vocab=8192; warm=3; else vocab=32000; warm=2; fi
+  [ -f "bench-data/random_$size.bin" ] || $PY bench/random_dataset.py "bench-data/random_$size" "$vocab" 2000000
+  for round in $(seq 1 "$ROUNDS"); do
+    # PyTorch
+    out=$(LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp /usr/bin/time -f "RSS %M" \
+          $PY "$REFERENCE" "$upper" --threads "$THREADS" 2>&1)
+    res=$(echo "$out" | grep '^RESULT ' | sed 's/^RESULT //')
+    tps=$(echo "$res" | $PY -c "import json,sys; r=json.load(sys.stdin); print(r['tok_per_s_median'], r['mfu_vs_peak'])")
+    rss=$(echo "$out" | awk '/^RSS/{print int($2/1024)}')
+    printf "%-5s %-7s %5s %12.0f %7.1f%% %10s\n" "$upper" pytorch "$round" ${tps% *} $($PY -c "print(${tps#* }*100)") "$rss"
+    SUM[$size,torch]=$($PY -c "print(${SUM[$size,torch]:-0} + ${tps% *})"); SUM[$size,torch_rss]=$rss
+    # Loom
+    rm -rf "bench-data/run_$size"
+    out=$(/usr/bin/time -f "RSS %M" build/apps/loom/loom train --config "configs/bench/size_$size.yaml" \
+          --output "bench-data/run_$size" --threads "$THREADS" \
+          --set "train_dataset.dataloader.config.data_path=[\"bench-data/random_$size\"]" 2>&1)
+    read -r ltps lmfu <<<"$(median_loom "bench-data/run_$size/metrics.jsonl" "$warm")"
+    rss=$(echo "$out" | awk '/^RSS/{print int($2/1024)}')
+    printf "%-5s %-7s %5s %12.0f %7.1f%% %10s\n" "$upper" loom "$round" "$ltps" $($PY -c "print($lmfu*100)") "$rss"
+    SUM[$size,loom]=$($PY -c "print(${SUM[$size,loom]:-0} + $ltps)"); SUM[$size,loom_rss]=$rss
+  done
+  $PY -c "print('size $upper: Loom/PyTorch tokens/s = %.2fx, peak RSS ratio = %.2f' % (${SUM[$size,loom]} / ${SUM[$size,torch]}, ${SUM[$size,loom_rss]} / ${SUM[$size,torch_rss]}))"
+done

@@ -1,0 +1,98 @@
+#include "loom/train/causal_lm_model.h"
+
+#include "loom/models/accounting.h"
+#include "loom/models/hf_checkpoint.h"
+#include "loom/models/muon_info.h"
+#include "loom/models/registry.h"
+#include "loom/nn/moe.h"
+#include "loom/nn/router.h"
+#include "loom/nn/transformer_layer.h"
+#include "loom/train/config_json.h"
+
+namespace loom::train {
+
+CausalLMModel::CausalLMModel(models::ModelArgs args, std::shared_ptr<nn::CausalLM> model,
+                             nlohmann::ordered_json section)
+    : args_(std::move(args)), model_(std::move(model)), section_(std::move(section)) {}
+
+ForwardResult CausalLMModel::forward(const data::Batch& batch) {
+  nn::LMBatch lm;
+  lm.input_ids = batch.input_ids;
+  lm.labels = batch.labels;
+  lm.loss_mask = batch.loss_mask;
+  lm.position_ids = batch.position_ids;
+  lm.doc_ends = batch.document_ends;
+  LOOM_CHECK(!batch.attention_mask.defined(), ConfigError,
+             "train_dataset.dataloader.config.create_attention_mask: Loom's attention takes causal and "
+             "document masks, not dense [S, S] masks; set create_attention_mask: False (with "
+             "create_compressed_eod_mask: True for packed documents)");
+  nn::LMOutput out = model_->forward(lm);
+  ForwardResult r;
+  r.loss = out.loss;
+  if (out.aux_loss.defined()) r.extras["load_balancing_loss"] = out.aux_loss.item();
+  if (out.mtp_loss.defined()) r.extras["mtp_loss"] = out.mtp_loss.item();
+  for (size_t k = 0; k < out.mtp_losses.size(); ++k)
+    r.extras["mtp_" + std::to_string(k + 1) + "_loss"] = out.mtp_losses[k].item();
+  return r;
+}
+
+void CausalLMModel::after_optimizer_step() {
+  // Keep the step's counts for the MoE monitor before the bias update resets them.
+  last_tokens_per_expert_.clear();
+  const auto moes = model_->moe_layers();
+  for (size_t i = 0; i < moes.size(); ++i) {
+    const Tensor& counts = moes[i]->router().tokens_per_expert();
+    if (counts.defined()) last_tokens_per_expert_[static_cast<int64_t>(i)] = counts.to_int_vector();
+  }
+  model_->update_expert_biases();
+}
+
+double CausalLMModel::flops_per_token(int64_t seq_length) const {
+  return models::training_flops_per_token(args_, seq_length);
+}
+
+std::vector<memory::LayerRef> CausalLMModel::layers() {
+  std::vector<memory::LayerRef> out;
+  auto layers = model_->decoder().layers();
+  for (size_t i = 0; i < layers.size(); ++i)
+    out.push_back({static_cast<int64_t>(i), "decoder.layers." + std::to_string(i), layers[i]});
+  auto mtp = model_->mtp_layers();
+  for (size_t k = 0; k < mtp.size(); ++k)
+    out.push_back({args_.num_layers + static_cast<int64_t>(k), "mtp.layers." + std::to_string(k), mtp[k]});
+  return out;
+}
+
+optim::MuonModelInfo CausalLMModel::muon_info() const {
+  optim::MuonModelInfo info;
+  info.multi_latent_attention = args_.multi_latent_attention;
+  info.mla.num_heads = args_.num_attention_heads;
+  info.mla.qk_nope_head_dim = args_.qk_nope_head_dim;
+  info.mla.qk_rope_head_dim = args_.qk_rope_head_dim;
+  info.mla.v_head_dim = args_.v_head_dim;
+  info.mla.q_lora_rank = args_.q_lora_rank;
+  return info;
+}
+
+std::vector<optim::QkClipLayer> CausalLMModel::take_qk_clip_inputs() {
+  std::vector<optim::QkClipLayer> out;
+  if (!args_.multi_latent_attention) return out;
+  for (auto& obs : models::take_qk_clip_observations(*model_, args_)) {
+    if (obs.max_logits.empty()) continue;
+    out.push_back({obs.names.q_up_name, obs.names.kv_up_name, std::move(obs.max_logits)});
+  }
+  return out;
+}
+
+std::map<std::string, Tensor> CausalLMModel::load_hf(const std::string& dir) {
+  return models::load_hf_model(dir, section_).state;
+}
+
+std::map<int64_t, std::vector<int64_t>> CausalLMModel::tokens_per_expert() const { return last_tokens_per_expert_; }
+
+std::unique_ptr<TrainModel> build_causal_lm(const config::ModelConfig& model_section) {
+  nlohmann::ordered_json section = model_json(model_section);
+  models::BuiltModel built = models::build_model(section);
+  return std::make_unique<CausalLMModel>(std::move(built.args), std::move(built.model), std::move(section));
+}
+
+}  // namespace loom::train

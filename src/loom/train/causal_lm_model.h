@@ -1,0 +1,47 @@
+// The trainer's view of an nn::CausalLM built by the model registry (every supported
+// architecture): forward on a data batch, MFU FLOPs, layers for memory policies, Muon facts,
+// HF loading, MoE monitoring.
+#pragma once
+
+#include <memory>
+
+#include "loom/config/sections.h"
+#include "loom/models/model_args.h"
+#include "loom/nn/causal_lm.h"
+#include "loom/train/train_model.h"
+
+namespace loom::train {
+
+class CausalLMModel : public TrainModel {
+ public:
+  // `section` is the config's model section (re-applied over an HF folder's config.json).
+  CausalLMModel(models::ModelArgs args, std::shared_ptr<nn::CausalLM> model, nlohmann::ordered_json section);
+
+  nn::Module& module() override { return *model_; }
+  ForwardResult forward(const data::Batch& batch) override;
+  void after_optimizer_step() override;
+  void set_backward_scale(double scale) override { model_->set_auxiliary_loss_grad_scale(scale); }
+  void set_track_max_logits(bool on) override { model_->set_track_max_logits(on); }
+  double flops_per_token(int64_t seq_length) const override;
+  std::vector<memory::LayerRef> layers() override;
+  int64_t num_layers() const override { return args_.num_layers; }
+  int64_t num_mtp_layers() const override { return args_.mtp_num_layers; }
+  optim::MuonModelInfo muon_info() const override;
+  std::vector<optim::QkClipLayer> take_qk_clip_inputs() override;
+  std::map<std::string, Tensor> load_hf(const std::string& dir) override;
+  std::map<int64_t, std::vector<int64_t>> tokens_per_expert() const override;
+
+  nn::CausalLM& causal_lm() { return *model_; }
+  const models::ModelArgs& args() const { return args_; }
+
+ private:
+  models::ModelArgs args_;
+  std::shared_ptr<nn::CausalLM> model_;
+  nlohmann::ordered_json section_;
+  std::map<int64_t, std::vector<int64_t>> last_tokens_per_expert_;
+};
+
+// The ModelFactory the `loom train` command uses: the registry, from the model section.
+std::unique_ptr<TrainModel> build_causal_lm(const config::ModelConfig& model_section);
+
+}  // namespace loom::train

@@ -1,0 +1,141 @@
+// The training loop end to end on a tiny Llama: the loss falls, gradient accumulation equals one
+// big batch, a resumed run continues bit for bit, runs are deterministic, Ctrl-C saves, health
+// checks skip and stop. (Issue 7; semantics.md §1.2.)
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "trainer_fixture.h"
+
+using namespace loom;
+using namespace loom::train;
+namespace lt = loom::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<double> losses_of(const std::string& run_dir) {
+  std::vector<double> out;
+  std::ifstream in(fs::path(run_dir) / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  return out;
+}
+
+std::map<std::string, std::vector<float>> params_of(Trainer& t) {
+  std::map<std::string, std::vector<float>> out;
+  for (auto& [n, p] : t.model().module().named_parameters()) out[n] = p->tensor.to_float_vector();
+  return out;
+}
+
+}  // namespace
+
+TEST(Trainer, TinyLlamaLossFalls) {
+  lt::TempDir dir;
+  auto data = lt::write_pattern_dataset(dir);
+  Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 40, 4, 4)), build_causal_lm,
+            lt::quiet_options(dir.file("run")));
+  TrainSummary s = t.train();
+  EXPECT_EQ(s.last_step, 40);
+  EXPECT_GT(s.first_loss, 3.9);  // ≈ ln(64) = 4.16 at init
+  EXPECT_LT(s.last_loss, s.first_loss - 1.0) << "first " << s.first_loss << " last " << s.last_loss;
+  auto losses = losses_of(dir.file("run"));
+  ASSERT_EQ(losses.size(), 40u);
+  EXPECT_EQ(losses.front(), s.first_loss);
+  EXPECT_TRUE(fs::exists(dir.file("run/checkpoints/iteration_00000040/common.json")));  // the save at the end
+}
+
+TEST(Trainer, GradientAccumulationEqualsOneBigBatch) {
+  // 4 micro-batches of 2 vs one batch of 8, fp32: same samples, same update.
+  lt::TempDir dir;
+  auto data = lt::write_pattern_dataset(dir);
+  const std::string no_save = "checkpoint:\n  enable_save: False\n";
+  Trainer accumulate(lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 8, no_save)), build_causal_lm,
+                     lt::quiet_options(dir.file("acc")));
+  Trainer big(lt::tiny_config(lt::tiny_config_yaml(data, 2, 8, 8, no_save)), build_causal_lm,
+              lt::quiet_options(dir.file("big")));
+  EXPECT_EQ(accumulate.state().num_accumulation_steps, 4);
+  EXPECT_EQ(big.state().num_accumulation_steps, 1);
+  TrainSummary a = accumulate.train(), b = big.train();
+  EXPECT_NEAR(a.first_loss, b.first_loss, 1e-6);
+  EXPECT_NEAR(a.last_loss, b.last_loss, 1e-6);
+  auto pa = params_of(accumulate), pb = params_of(big);
+  for (auto& [n, v] : pa)
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_NEAR(v[i], pb[n][i], 1e-6) << n << "[" << i << "]";
+}
+
+TEST(Trainer, ResumeContinuesBitForBit) {
+  lt::TempDir dir;
+  auto data = lt::write_pattern_dataset(dir);
+  const std::string save = "checkpoint:\n  save_interleaved_steps: 3\n  save_path: '" + dir.file("ck") + "'\n";
+  Trainer straight(lt::tiny_config(lt::tiny_config_yaml(data, 6, 2, 4, "checkpoint:\n  enable_save: False\n")),
+                   build_causal_lm, lt::quiet_options(dir.file("straight")));
+  straight.train();
+  {
+    Trainer first(lt::tiny_config(lt::tiny_config_yaml(data, 3, 2, 4, save)), build_causal_lm,
+                  lt::quiet_options(dir.file("first")));
+    first.train();
+  }
+  Trainer resumed(lt::tiny_config(lt::tiny_config_yaml(data, 6, 2, 4, save),
+                                       {"checkpoint.load_path=" + dir.file("ck")}),
+                  build_causal_lm, lt::quiet_options(dir.file("second")));
+  EXPECT_EQ(resumed.state().global_step, 3);
+  EXPECT_EQ(resumed.state().consumed_samples, 12);
+  resumed.train();
+  auto all = losses_of(dir.file("straight"));
+  auto head = losses_of(dir.file("first")), tail = losses_of(dir.file("second"));
+  ASSERT_EQ(all.size(), 6u);
+  ASSERT_EQ(head.size(), 3u);
+  ASSERT_EQ(tail.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(all[i], head[i]) << "step " << i + 1;
+    EXPECT_EQ(all[3 + i], tail[i]) << "step " << i + 4;
+  }
+  EXPECT_EQ(params_of(straight), params_of(resumed));
+}
+
+TEST(Trainer, DeterministicRunsAreIdentical) {
+  lt::TempDir dir;
+  auto data = lt::write_pattern_dataset(dir);
+  for (const char* run : {"r1", "r2"}) {
+    Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 4, 2, 4, "checkpoint:\n  enable_save: False\n")),
+              build_causal_lm, lt::quiet_options(dir.file(run)));
+    t.train();
+  }
+  EXPECT_EQ(losses_of(dir.file("r1")), losses_of(dir.file("r2")));
+}
+
+TEST(Trainer, StopRequestSavesAndReturns) {
+  lt::TempDir dir;
+  auto data = lt::write_pattern_dataset(dir);
+  Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 50, 2, 2)), build_causal_lm,
+            lt::quiet_options(dir.file("run")));
+  request_stop();  // as if Ctrl-C arrived during the first step
+  TrainSummary s = t.train();
+  clear_stop_request();
+  EXPECT_TRUE(s.interrupted);
+  EXPECT_EQ(s.last_step, 0);
+  // a stop before any update saves nothing; after at least one step the end-of-train save runs
+  EXPECT_FALSE(fs::exists(dir.file("run/checkpoints/latest_checkpointed_iteration.txt")));
+}
+
+TEST(Trainer, HealthCheckSkipsAndThenStops) {
+  lt::TempDir dir;
+  auto data = lt::write_pattern_dataset(dir);
+  const std::string health =
+      "checkpoint:\n  enable_save: False\nmonitor:\n  health_checkpoint:\n    global_norm_skip_threshold: 1.e-6\n"
+      "    global_norm_skip_time: 2\n";
+  Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 5, 2, 2, health)), build_causal_lm,
+            lt::quiet_options(dir.file("run")));
+  auto before = params_of(t);
+  try {
+    t.train();
+    FAIL() << "expected the run to stop";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("3 updates in a row were skipped"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(params_of(t), before);  // no update was applied
+}
