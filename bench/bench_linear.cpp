@@ -98,7 +98,7 @@ void BM_raw_sgemm_backward(benchmark::State& state) {
 void shapes_and_threads(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2})
     for (int i = 0; i < static_cast<int>(std::size(kShapes)); ++i) b->Args({i, threads});
-  b->ArgNames({"shape", "threads"})->Unit(benchmark::kMillisecond)->MinTime(0.3);
+  b->ArgNames({"shape", "threads"})->Unit(benchmark::kMillisecond)->MinTime(0.3)->UseRealTime();
 }
 
 }  // namespace

@@ -14,15 +14,22 @@ PeakFlops peak_flops(int threads) {
     if (end && *end == '\0' && v > 0) return {v, "LOOM_PEAK_GFLOPS=" + std::string(env)};
   }
   std::ifstream in("/proc/cpuinfo");
-  std::string line, flags;
+  std::string line, vendor, flags;
   double mhz = 0;
+  int family = 0;
   while (std::getline(in, line)) {
     auto value = [&]() { return line.substr(line.find(':') + 1); };
-    if (line.rfind("cpu MHz", 0) == 0 && mhz == 0) mhz = std::atof(value().c_str());
+    if (line.rfind("vendor_id", 0) == 0 && vendor.empty()) vendor = value();
+    else if (line.rfind("cpu family", 0) == 0 && family == 0) family = std::atoi(value().c_str());
+    else if (line.rfind("cpu MHz", 0) == 0 && mhz == 0) mhz = std::atof(value().c_str());
     else if (line.rfind("flags", 0) == 0 && flags.empty()) flags = value() + " ";
   }
   const bool fma = flags.find(" fma ") != std::string::npos;
-  const int per_cycle = fma ? 32 : 16;
+  const bool avx512 = flags.find(" avx512f ") != std::string::npos;
+  const bool intel = vendor.find("Intel") != std::string::npos;
+  // Full-width 512-bit FMA (Intel AVX-512, AMD Zen 5 = family 0x1A) doubles the AVX2 peak, and
+  // OpenBLAS uses it; Zen 4 runs AVX-512 at AVX2 width.
+  const int per_cycle = avx512 && (intel || family >= 0x1A) ? 64 : fma ? 32 : 16;
   if (mhz <= 0) mhz = 2000;  // unknown clock: a conservative guess, stated in the description
   PeakFlops p;
   p.gflops = threads * per_cycle * mhz / 1000.0;

@@ -1,8 +1,8 @@
 // The peak FLOP/s MFU is measured against. LOOM_PEAK_GFLOPS (total for the process) overrides;
-// otherwise the nominal AVX2+FMA peak: threads × 32 fp32 FLOP/cycle (two 256-bit FMA pipes) ×
-// the clock in /proc/cpuinfo — the definition of shared/bench/README.md (2 × 32 × 2.45 GHz =
-// 156.8 GFLOP/s), which is what Loom (built for x86-64-v3) and the PyTorch reference both target.
-// CPUs with full-width AVX-512 can exceed it; set LOOM_PEAK_GFLOPS to measure against theirs.
+// otherwise threads × fp32 FLOP/cycle × the clock in /proc/cpuinfo, with 32 FLOP/cycle for AVX2+FMA
+// cores (two 256-bit FMA pipes: shared/bench/README.md's 2 × 32 × 2.45 GHz = 156.8 GFLOP/s) and
+// 64 where 512-bit FMA runs at full width (Intel AVX-512, AMD family >= 0x1A / Zen 5), because
+// OpenBLAS's GEMM uses it there and an AVX2 figure would report MFU above 100%.
 #pragma once
 
 #include <string>
