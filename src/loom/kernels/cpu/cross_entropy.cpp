@@ -19,13 +19,17 @@ namespace {
 constexpr int64_t kVocabChunk = 4096;
 
 #ifdef LOOM_ROW_AVX2
-// exp for 8 lanes (Cephes polynomial after a Cody-Waite reduction, ~1 ulp). Arguments below
-// −87.3 give 0 (no denormals: softmax terms that small do not change a sum), NaN stays NaN.
-inline __m256 exp8(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-87.3365447505531f);
-  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+// e^x for 8 lanes of x <= 0 (or −inf, or NaN): the only arguments softmax produces once the row
+// max or the lse is subtracted. Cephes polynomial after a Cody-Waite reduction (~1 ulp); the
+// integer n comes from the 1.5·2^23 rounding trick. Arguments below −87.3 give 0 (no denormals:
+// such terms cannot change a softmax sum), −inf gives 0, and NaN stays NaN (max keeps its second
+// operand when one is NaN, and the final mask keeps unordered lanes).
+inline __m256 exp8_nonpositive(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3365447505531f);
+  const __m256 magic = _mm256_set1_ps(12582912.0f);
+  const __m256 xc = _mm256_max_ps(lo, x);
+  const __m256 t = _mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), magic);
+  const __m256 n = _mm256_sub_ps(t, magic);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
   __m256 p = _mm256_set1_ps(1.9875691500e-4f);
@@ -34,17 +38,16 @@ inline __m256 exp8(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
-  y = _mm256_blendv_ps(y, _mm256_set1_ps(std::numeric_limits<float>::infinity()), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
-  return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  const __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  // The low mantissa bits of t hold n; shifted into the exponent field and biased, they are 2^n.
+  const __m256i pow2n = _mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(t), 23), _mm256_set1_epi32(127 << 23));
+  const __m256 keep = _mm256_cmp_ps(x, lo, _CMP_NLT_UQ);  // x >= lo or NaN
+  return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(pow2n)), keep);
 }
 
 #endif
 
-// Σ exp(x[i] − shift)
+// Σ exp(x[i] − shift), shift >= every x[i] (the running max)
 inline double sum_exp(const double* x, int64_t n, double shift) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += std::exp(x[i] - shift);
@@ -57,17 +60,17 @@ inline float sum_exp(const float* x, int64_t n, float shift) {
   const __m256 vs = _mm256_set1_ps(shift);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_add_ps(acc0, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs)));
-    acc1 = _mm256_add_ps(acc1, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vs)));
+    acc0 = _mm256_add_ps(acc0, exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs)));
+    acc1 = _mm256_add_ps(acc1, exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vs)));
   }
-  for (; i + 8 <= n; i += 8) acc0 = _mm256_add_ps(acc0, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs)));
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_add_ps(acc0, exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs)));
   s = detail::hsum8(_mm256_add_ps(acc0, acc1));
 #endif
   for (; i < n; ++i) s += std::exp(x[i] - shift);
   return s;
 }
 
-// out[i] = exp(x[i] − shift) · scale (out may alias x)
+// out[i] = exp(x[i] − shift) · scale, shift >= every x[i] (the lse); out may alias x
 inline void exp_scaled(const double* x, double* out, int64_t n, double shift, double scale) {
   for (int64_t i = 0; i < n; ++i) out[i] = std::exp(x[i] - shift) * scale;
 }
@@ -76,7 +79,7 @@ inline void exp_scaled(const float* x, float* out, int64_t n, float shift, float
 #ifdef LOOM_ROW_AVX2
   const __m256 vs = _mm256_set1_ps(shift), vc = _mm256_set1_ps(scale);
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs)), vc));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs)), vc));
 #endif
   for (; i < n; ++i) out[i] = std::exp(x[i] - shift) * scale;
 }
