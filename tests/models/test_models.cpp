@@ -190,3 +190,40 @@ TEST(Models, PositionIdsAndDocumentEndsAreHonoured) {
   std::vector<float> d = doc.slice(1, 3, 6).contiguous().to_float_vector(), s = second.to_float_vector();
   for (size_t i = 0; i < s.size(); ++i) EXPECT_NEAR(d[i], s[i], 1e-5);
 }
+
+TEST(Models, DeepseekV3GradientsMatchFiniteDifferencesOfLossPlusMtp) {
+  // float64 end to end: backward(loss) must equal d(loss + mtp_loss)/dθ, the MTP term arriving by
+  // injection (semantics.md §7.1), through embedding, MLA, MoE, eh_proj and the shared head.
+  Json j = tiny_deepseek_v3();
+  j["params_dtype"] = "float64";
+  j["compute_dtype"] = "float64";
+  j["moe_aux_loss_coeff"] = 0.0;
+  j["initializer_range"] = 0.3;
+  BuiltModel b = build_model(j);
+  b.model->materialize(11);
+  nn::LMBatch batch = random_batch(24, 1, 5, 12);
+  nn::LMOutput out = b.model->forward(batch);
+  autograd::backward(out.loss);
+  auto objective = [&] {
+    autograd::NoGradGuard ng;
+    nn::LMOutput o = b.model->forward(batch);
+    return o.loss.item() + o.mtp_loss.item();
+  };
+  for (const char* name : {"embedding.word_embeddings.weight", "mtp.layers.0.eh_proj.weight",
+                           "mtp.layers.0.transformer_layer.self_attention.linear_kvb.weight",
+                           "decoder.layers.1.mlp.experts.weight2", "output_layer.weight", "decoder.final_layernorm.weight"}) {
+    Tensor w = b.model->find_parameter(name)->tensor;
+    std::vector<double> analytic = w.grad().to_double_vector();
+    double* pw = w.data<double>();
+    for (int64_t i = 0; i < w.numel(); i += std::max<int64_t>(1, w.numel() / 23)) {
+      const double orig = pw[i];
+      pw[i] = orig + 1e-6;
+      const double lp = objective();
+      pw[i] = orig - 1e-6;
+      const double lm = objective();
+      pw[i] = orig;
+      const double numeric = (lp - lm) / 2e-6;
+      EXPECT_NEAR(analytic[i], numeric, 1e-6 + 1e-5 * std::abs(numeric)) << name << "[" << i << "]";
+    }
+  }
+}
