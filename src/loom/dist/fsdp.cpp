@@ -1,0 +1,309 @@
+#include "loom/dist/fsdp.h"
+
+#include <algorithm>
+#include <set>
+
+#include "loom/autograd/checkpoint.h"
+#include "loom/autograd/grad_mode.h"
+#include "loom/autograd/saved_tensor.h"
+#include "loom/core/rng.h"
+#include "loom/dist/fsdp_unit.h"
+
+namespace loom::dist {
+
+namespace {
+
+std::string parent_path(const std::string& path) {
+  const auto dot = path.rfind('.');
+  return dot == std::string::npos ? std::string() : path.substr(0, dot);
+}
+
+bool matches_unit_pattern(const std::string& path, const std::string& pattern) {
+  if (pattern.size() > 2 && pattern.compare(pattern.size() - 2, 2, ".*") == 0) {
+    const std::string prefix = pattern.substr(0, pattern.size() - 2);
+    return !path.empty() && parent_path(path) == prefix;
+  }
+  return path == pattern;
+}
+
+bool reshard_policy(const FsdpOptions& o) {
+  const std::string& p = o.reshard_after_forward_policy;
+  if (p == "always") return true;
+  if (p == "never") return false;
+  LOOM_CHECK(p == "default", ConfigError, "parallelism.reshard_after_forward_policy must be 'always', 'never' or "
+             "'default', got '", p, "'");
+  return !o.pipeline_parallel;  // spec parallel_training.md §1.3: default = never under PP
+}
+
+// The wrapper every module owning parameters of `unit` (and the unit's top module) gets. The
+// outermost wrapped call of a unit gathers, runs the forward with the parameter-view hooks,
+// puts the pre-backward gather on the outputs and reshards; nested calls just run.
+nn::ForwardWrapper fsdp_wrapper(const std::shared_ptr<FsdpUnit>& unit_ptr) {
+  std::weak_ptr<FsdpUnit> weak = unit_ptr;
+  return [weak](const nn::TensorFn& inner, const std::vector<Tensor>& inputs) {
+    auto unit = weak.lock();
+    if (!unit) return inner(inputs);
+    unit->unshard();
+    if (unit->active || autograd::is_recomputing()) return inner(inputs);
+    const bool reshard = unit->config().reshard_after_forward;
+    std::vector<Tensor> outputs;
+    unit->active = true;
+    try {
+      if (reshard) {
+        autograd::SavedTensorHooksGuard guard(unit->saved_tensor_hooks());
+        outputs = inner(inputs);
+      } else {
+        outputs = inner(inputs);
+      }
+    } catch (...) {
+      unit->active = false;
+      throw;
+    }
+    unit->active = false;
+    if (!unit->config().is_root && autograd::grad_enabled()) outputs = unit->attach_pre_backward(outputs);
+    if (reshard) unit->reshard();
+    return outputs;
+  };
+}
+
+}  // namespace
+
+FullyShardedModel::~FullyShardedModel() = default;
+
+std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr<DeviceMesh> mesh,
+                                              const FsdpOptions& options) {
+  LOOM_CHECK(mesh != nullptr, ValueError, "apply_fsdp: the device mesh is null");
+  auto fsdp = std::shared_ptr<FullyShardedModel>(new FullyShardedModel());
+  fsdp->model_ = &model;
+  fsdp->mesh_ = mesh;
+  fsdp->options_ = options;
+  fsdp->reshard_after_forward_ = reshard_policy(options);
+
+  FsdpUnitConfig layer_config;
+  layer_config.reshard_after_forward = fsdp->reshard_after_forward_;
+  layer_config.divide_gradients = !options.disable_gradient_division;
+  layer_config.cpu_offload = options.cpu_offload;
+  FsdpUnitConfig root_config = layer_config;
+  root_config.is_root = true;
+  root_config.reshard_after_forward = false;  // backward starts with the head: keep it gathered
+  auto shard_group = mesh->group_ptr("fsdp");
+  auto replicate_group = mesh->group_ptr("dp_replicate");
+
+  // Units, in module order.
+  const std::vector<std::string> patterns =
+      options.unit_paths.empty() ? std::vector<std::string>{"decoder.layers.*", "mtp.layers.*"} : options.unit_paths;
+  std::vector<std::pair<std::string, std::shared_ptr<FsdpUnit>>> units;
+  std::map<std::string, nn::Module*> unit_modules;
+  for (auto& [path, m] : model.named_modules()) {
+    for (const auto& pattern : patterns) {
+      if (!matches_unit_pattern(path, pattern)) continue;
+      units.emplace_back(path, std::make_shared<FsdpUnit>(path, layer_config, shard_group, replicate_group));
+      unit_modules[path] = m;
+      break;
+    }
+  }
+  auto root = std::make_shared<FsdpUnit>("(root)", root_config, shard_group, replicate_group);
+
+  // Each parameter goes to the deepest unit whose path prefixes it, else to the root.
+  std::map<FsdpUnit*, std::set<std::string>> owners;  // modules that own a unit's parameters
+  for (auto& [name, p] : model.named_parameters()) {
+    FsdpUnit* best = nullptr;
+    size_t best_len = 0;
+    for (auto& [path, u] : units)
+      if (name.size() > path.size() && name.compare(0, path.size(), path) == 0 && name[path.size()] == '.' &&
+          path.size() >= best_len) {
+        best = u.get();
+        best_len = path.size();
+      }
+    FsdpUnit* unit = best ? best : root.get();
+    unit->add_param(name, p);
+    owners[unit].insert(parent_path(name));
+    p->sharded_dims["fsdp"] = 0;
+  }
+  for (auto& [path, u] : units)
+    if (!u->slots().empty()) fsdp->units_.push_back(u);
+  if (!root->slots().empty()) fsdp->units_.push_back(root);
+
+  for (auto& unit : fsdp->units_) {
+    unit->build();
+    unit->register_grad_hooks();
+    for (size_t i = 0; i < unit->slots().size(); ++i) fsdp->index_[unit->slots()[i].name] = {unit.get(), i};
+    std::set<nn::Module*> wrapped;
+    if (!unit->config().is_root) wrapped.insert(unit_modules.at(unit->name()));
+    for (const std::string& owner : owners[unit.get()]) {
+      nn::Module* m = model.find_module(owner);
+      LOOM_ASSERT(m != nullptr, "owner module '", owner, "' not found");
+      wrapped.insert(m);
+    }
+    for (nn::Module* m : wrapped) m->add_forward_wrapper(fsdp_wrapper(unit));
+  }
+  return fsdp;
+}
+
+void FullyShardedModel::materialize(uint64_t seed) {
+  autograd::NoGradGuard no_grad;
+  for (auto& unit : units_) {
+    for (FsdpSlot& s : unit->slots()) {
+      const nn::Init& init = s.param->init;
+      Tensor shard = s.shard;
+      const int64_t first = s.row_begin * s.row_numel;  // position of the shard in the full tensor
+      switch (init.kind) {
+        case nn::Init::Kind::normal: fill_normal(shard, init.a, init.b, RngState{seed, stream_id(s.name), 0}, first); break;
+        case nn::Init::Kind::uniform: fill_uniform(shard, init.a, init.b, RngState{seed, stream_id(s.name), 0}, first); break;
+        case nn::Init::Kind::zeros: shard.zero_(); break;
+        case nn::Init::Kind::ones: shard.fill_(1.0); break;
+        case nn::Init::Kind::constant: shard.fill_(init.a); break;
+      }
+    }
+  }
+  // Buffers are not sharded: materialise them as Module::materialize does.
+  for (auto& [name, b] : model_->named_buffers("", /*persistent_only=*/false))
+    if (b->is_meta()) *b = Tensor::zeros(b->shape(), b->dtype());
+}
+
+std::vector<std::pair<std::string, Tensor>> FullyShardedModel::sharded_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [name, p] : model_->named_parameters()) {
+    auto it = index_.find(name);
+    if (it == index_.end()) continue;
+    const FsdpSlot& s = it->second.first->slots()[it->second.second];
+    if (s.trainable) out.emplace_back(name, s.shard);
+  }
+  return out;
+}
+
+std::map<std::string, Tensor> FullyShardedModel::sharded_state_dict() const {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, where] : index_) out[name] = where.first->slots()[where.second].shard.detach();
+  for (auto& [name, b] : model_->named_buffers()) out[name] = b->detach();
+  return out;
+}
+
+void FullyShardedModel::load_full_state_dict(const std::map<std::string, Tensor>& state) {
+  autograd::NoGradGuard no_grad;
+  std::vector<std::string> problems;
+  for (const auto& [name, where] : index_) {
+    const FsdpSlot& s = where.first->slots()[where.second];
+    auto it = state.find(name);
+    if (it == state.end()) {
+      problems.push_back("missing: " + name + " " + s.param->global_shape.str());
+      continue;
+    }
+    if (it->second.shape() != s.param->global_shape) {
+      problems.push_back("shape mismatch: " + name + " is " + it->second.shape().str() + " in the source but " +
+                         s.param->global_shape.str() + " in the model");
+      continue;
+    }
+    if (s.local_rows == 0) continue;
+    Tensor rows = it->second.reshape({s.rows, s.row_numel}).narrow(0, s.row_begin, s.local_rows);
+    Tensor(s.shard).view({s.local_rows, s.row_numel}).copy_(rows);
+  }
+  for (auto& [name, b] : model_->named_buffers()) {
+    auto it = state.find(name);
+    if (it == state.end()) {
+      problems.push_back("missing: " + name + " " + b->shape().str());
+      continue;
+    }
+    if (b->is_meta()) *b = Tensor::zeros(b->shape(), b->dtype());
+    b->copy_(it->second);
+  }
+  if (!problems.empty()) {
+    std::string text = "cannot load the state dict into the sharded model (" + std::to_string(problems.size()) +
+                       " problem" + (problems.size() > 1 ? "s" : "") + "):";
+    for (size_t i = 0; i < problems.size() && i < 50; ++i) text += "\n  " + problems[i];
+    LOOM_THROW(CheckpointError, text, "\nCheck that it was saved from the same model configuration.");
+  }
+  for (auto& unit : units_) unit->reshard();  // gathered copies are stale now
+}
+
+std::optional<ShardPlacement> FullyShardedModel::placement(const std::string& name) const {
+  const RankCoordinates c = mesh_->coordinates();
+  auto it = index_.find(name);
+  if (it != index_.end()) {
+    const FsdpSlot& s = it->second.first->slots()[it->second.second];
+    ShardPlacement p;
+    p.global_shape = s.param->global_shape;
+    p.global_offset.assign(static_cast<size_t>(p.global_shape.ndim()), 0);
+    if (!p.global_offset.empty()) p.global_offset[0] = s.row_begin;
+    p.local_shape = s.shard.shape();
+    p.replica_id = c.dp_replicate;
+    p.num_replicas = mesh_->dims().dp_replicate();
+    return p;
+  }
+  for (auto& [bname, b] : model_->named_buffers()) {
+    if (bname != name) continue;
+    ShardPlacement p;
+    p.global_shape = b->shape();
+    p.global_offset.assign(static_cast<size_t>(p.global_shape.ndim()), 0);
+    p.local_shape = b->shape();
+    // Every rank of the stage holds the same buffer.
+    const int per_stage = mesh_->world_size() / mesh_->dims().pp();
+    p.replica_id = mesh_->rank() % per_stage;
+    p.num_replicas = per_stage;
+    return p;
+  }
+  return std::nullopt;
+}
+
+int FullyShardedModel::replica_factor(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) return mesh_->replica_factor({});
+  return mesh_->replica_factor(it->second.first->slots()[it->second.second].param->sharded_dims);
+}
+
+FsdpUnit* FullyShardedModel::unit_of(const std::string& param_name) const {
+  auto it = index_.find(param_name);
+  return it == index_.end() ? nullptr : it->second.first;
+}
+
+void FullyShardedModel::zero_grad() {
+  for (auto& unit : units_) unit->zero_grad();
+}
+
+void FullyShardedModel::finish_backward() {
+  // Same order on every rank: units whose grads were not all reduced during backward.
+  for (auto& unit : units_)
+    if (unit->has_unreduced_grads()) unit->reduce_grads();
+  reshard_all();
+}
+
+void FullyShardedModel::reshard_all() {
+  for (auto& unit : units_) unit->reshard();
+}
+
+std::vector<std::string> FullyShardedModel::unit_names() const {
+  std::vector<std::string> out;
+  for (auto& unit : units_) out.push_back(unit->name());
+  return out;
+}
+
+FsdpMemory FullyShardedModel::memory() const {
+  FsdpMemory m;
+  for (auto& unit : units_) {
+    for (const FsdpBucket& b : unit->buckets()) {
+      m.sharded_param_bytes += static_cast<int64_t>(b.shard_flat.nbytes());
+      m.sharded_grad_bytes += static_cast<int64_t>(b.grad_flat.nbytes());
+    }
+    m.gathered_param_bytes += unit->gathered_bytes();
+    m.largest_unit_param_bytes = std::max(m.largest_unit_param_bytes, unit->full_param_bytes());
+  }
+  return m;
+}
+
+CommStats FullyShardedModel::comm_stats() const {
+  CommStats s = mesh_->group("fsdp").stats();
+  if (&mesh_->group("dp_replicate") != &mesh_->group("fsdp")) {
+    const CommStats r = mesh_->group("dp_replicate").stats();
+    s.bytes_sent += r.bytes_sent;
+    s.bytes_received += r.bytes_received;
+    s.num_collectives += r.num_collectives;
+  }
+  return s;
+}
+
+void FullyShardedModel::reset_comm_stats() {
+  mesh_->group("fsdp").reset_stats();
+  mesh_->group("dp_replicate").reset_stats();
+}
+
+}  // namespace loom::dist

@@ -1,0 +1,138 @@
+// FSDP / HSDP applied to a built model from outside (DESIGN.md "How strategies attach to a
+// model"; spec parallel_training.md §1; semantics.md §1.2). Nothing in the model knows about it.
+//
+// Units and buckets. Every module at a unit path (by default decoder.layers.{i} and
+// mtp.layers.{k}) is one unit; every other parameter belongs to the root unit (embedding,
+// final norm, output head). A unit keeps one flat bucket per parameter dtype. Each parameter is
+// sharded along dim 0 over the shard group (mesh axis "fsdp" = dp_shard·cp): rank k of the group
+// holds rows [k·c, (k+1)·c) with c = ceil(rows / n), so a shard is a real [local_rows, ...] tensor
+// (the optimizer's 1-D/bias rules and checkpoint chunks see true shapes). A bucket's shard is the
+// concatenation of its parameters' c-row blocks: every rank holds exactly 1/n of the bucket
+// (padded to the group size).
+//
+// Forward: before a unit's first module runs, its buckets are all-gathered into full flat
+// buffers and the model's parameter tensors (the same leaf tensors every step) are pointed at
+// them. After the unit's forward they are resharded (freed) when reshard_after_forward holds;
+// tensors the forward saved for backward that are parameter views are then stored as
+// (offset, shape) by saved-tensor hooks, and an identity node on the unit's outputs all-gathers
+// again before the unit's backward starts. The root unit stays gathered until backward ends.
+//
+// Backward: parameter grads accumulate (fp32) in the full-shape leaves; when every trainable
+// parameter of a unit has its grad, the unit's grads are packed rank-major and reduce-scattered
+// over the shard group (summed in rank order, so n ranks give the bits of one process summing n
+// micro-batches), all-reduced over the replicate group (HSDP), and added to the sharded fp32
+// main grads; the full grads and the gathered parameters are freed at once, while the rest of
+// backward continues. finish_backward() reduces what is left (the root unit, unused units).
+//
+// Gradient scale: with disable_gradient_division (the default) grads are summed; the trainer
+// scales the loss by 1/(world/pp) before backward (semantics.md §1.2), so a step equals the one
+// process mean. Without it, reduced grads are divided by the data-parallel size here instead.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "loom/dist/device_mesh.h"
+#include "loom/nn/module.h"
+
+namespace loom::dist {
+
+struct FsdpOptions {
+  // "always", "never" or "default" (= always without pipeline parallelism, never with it).
+  std::string reshard_after_forward_policy = "default";
+  bool pipeline_parallel = false;
+  // true: grads are summed over the data-parallel ranks (the loss carries 1/(world/pp)).
+  bool disable_gradient_division = true;
+  // Sharded parameters and grads live in the host pool (loom::host_pool()), not device memory.
+  bool cpu_offload = false;
+  // Module paths that form their own unit, matched exactly or as "<prefix>.*" (every child of
+  // prefix). Empty: "decoder.layers.*" and "mtp.layers.*".
+  std::vector<std::string> unit_paths;
+};
+
+// Where a rank's piece of a parameter sits in the full tensor.
+struct ShardPlacement {
+  Shape global_shape;
+  std::vector<int64_t> global_offset;  // per dim
+  Shape local_shape;
+  // Index of this copy among the identical copies held by the replicate group (0 = primary).
+  int replica_id = 0;
+  int num_replicas = 1;
+};
+
+struct FsdpMemory {
+  int64_t sharded_param_bytes = 0;  // persistent (device pool, or host pool with cpu_offload)
+  int64_t sharded_grad_bytes = 0;   // persistent fp32 main-grad shards
+  int64_t gathered_param_bytes = 0; // full parameters gathered right now
+  int64_t largest_unit_param_bytes = 0;  // full parameters of the largest unit
+};
+
+class FsdpUnit;
+
+class FullyShardedModel {
+ public:
+  ~FullyShardedModel();
+  FullyShardedModel(const FullyShardedModel&) = delete;
+  FullyShardedModel& operator=(const FullyShardedModel&) = delete;
+
+  // Initialises the local shards of a model built on the meta device from the same Philox
+  // streams Module::materialize uses (stream = full parameter name, element index = position in
+  // the full tensor), so every layout gets the one-process weights; then meta buffers.
+  void materialize(uint64_t seed);
+
+  // The optimizer's view: every parameter's local shard [local_rows, ...] (trainable ones), in
+  // model order. Grads (fp32 main grads) appear on them after backward.
+  std::vector<std::pair<std::string, Tensor>> sharded_parameters() const;
+  // Local shards of every parameter (trainable or not) for checkpoints, by full name.
+  std::map<std::string, Tensor> sharded_state_dict() const;
+  // Copies full tensors (e.g. a one-process state dict) into the local shards; CheckpointError
+  // listing missing or mis-shaped names.
+  void load_full_state_dict(const std::map<std::string, Tensor>& state);
+  // Placement of the local shard of parameter `name`, or nullopt for unknown names.
+  std::optional<ShardPlacement> placement(const std::string& name) const;
+  // For the grad norm: ranks holding identical copies of this parameter's local grad.
+  int replica_factor(const std::string& name) const;
+
+  // Drops the sharded grads (the next backward starts a new accumulation).
+  void zero_grad();
+  // Reduces every unit whose grads were not reduced during backward, then frees every gathered
+  // parameter. Call once after the last backward of a step (before clipping and the update).
+  void finish_backward();
+  // Frees every gathered parameter now (e.g. after an evaluation forward with "never").
+  void reshard_all();
+
+  bool reshard_after_forward() const { return reshard_after_forward_; }
+  const FsdpOptions& options() const { return options_; }
+  DeviceMesh& mesh() { return *mesh_; }
+  std::vector<std::string> unit_names() const;
+  FsdpMemory memory() const;
+  // Bytes this process sent through the shard and replicate groups since the last reset.
+  CommStats comm_stats() const;
+  void reset_comm_stats();
+
+ private:
+  friend std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module&, std::shared_ptr<DeviceMesh>, const FsdpOptions&);
+  FullyShardedModel() = default;
+  FsdpUnit* unit_of(const std::string& param_name) const;
+
+  nn::Module* model_ = nullptr;
+  std::shared_ptr<DeviceMesh> mesh_;
+  FsdpOptions options_;
+  bool reshard_after_forward_ = true;
+  std::vector<std::shared_ptr<FsdpUnit>> units_;  // root last
+  std::map<std::string, std::pair<FsdpUnit*, size_t>> index_;  // param name → (unit, slot)
+};
+
+// Shards `model`'s parameters over mesh's "fsdp" group (replicated over "dp_replicate") and
+// installs the forward wrappers and grad hooks. Apply it last, after tensor/context/expert/
+// pipeline parallelism and the memory policy (recompute/swap). The model may be on the meta
+// device (then call materialize) or materialised (its values are kept, as shards).
+std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr<DeviceMesh> mesh,
+                                              const FsdpOptions& options = {});
+
+}  // namespace loom::dist

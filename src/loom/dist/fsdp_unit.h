@@ -1,0 +1,104 @@
+// One FSDP unit (see fsdp.h for the scheme): its parameters' slots, one flat bucket per dtype,
+// all-gather/reshard of the full parameters, and the grad reduction. Internal to the dist layer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/autograd/saved_tensor.h"
+#include "loom/dist/process_group.h"
+#include "loom/nn/module.h"
+
+namespace loom::dist {
+
+struct FsdpSlot {
+  std::string name;
+  nn::Parameter* param = nullptr;
+  Tensor leaf;               // the model's tensor: full shape; its storage is swapped in and out
+  bool trainable = true;
+  int64_t rows = 1;          // dim 0 (1 for 0-d parameters)
+  int64_t row_numel = 1;     // elements per row
+  int64_t rows_per_rank = 1; // c = ceil(rows / n)
+  int64_t row_begin = 0;     // first row this rank holds
+  int64_t local_rows = 0;    // rows this rank holds (0..c)
+  size_t bucket = 0;
+  int64_t shard_offset = 0;  // element offset of the c-row block in the bucket's per-rank shard
+  int64_t full_offset = 0;   // element offset in the bucket's full buffer
+  Tensor shard;              // [local_rows, ...] view of the bucket's shard (what the optimizer steps)
+  bool grad_ready = false;   // grad accumulated since the unit's last reduction
+};
+
+struct FsdpBucket {
+  DType dtype = DType::f32;
+  int64_t shard_numel = 0;   // per rank: Σ c·row_numel
+  int64_t full_numel = 0;    // Σ rows·row_numel
+  std::vector<size_t> slots;
+  Tensor shard_flat;         // [shard_numel] parameters (persistent)
+  Tensor grad_flat;          // [shard_numel] fp32 main grads (persistent)
+  Tensor full;               // [full_numel] while gathered
+};
+
+struct FsdpUnitConfig {
+  bool is_root = false;
+  bool reshard_after_forward = true;  // never for the root
+  bool divide_gradients = false;      // mean instead of sum
+  bool cpu_offload = false;
+};
+
+class FsdpUnit : public std::enable_shared_from_this<FsdpUnit> {
+ public:
+  FsdpUnit(std::string name, FsdpUnitConfig config, std::shared_ptr<ProcessGroup> shard_group,
+           std::shared_ptr<ProcessGroup> replicate_group);
+
+  const std::string& name() const { return name_; }
+  const FsdpUnitConfig& config() const { return config_; }
+  std::vector<FsdpSlot>& slots() { return slots_; }
+  const std::vector<FsdpSlot>& slots() const { return slots_; }
+  const std::vector<FsdpBucket>& buckets() const { return buckets_; }
+  ProcessGroup& shard_group() { return *shard_group_; }
+  ProcessGroup* replicate_group() { return replicate_group_.get(); }
+
+  // Layout: add every parameter, then build() allocates the shards, copying the values of
+  // parameters that are materialised (and releasing their full tensors).
+  void add_param(const std::string& name, nn::Parameter* param);
+  void build();
+  void register_grad_hooks();
+
+  // Full parameters: gather (no-op when gathered) and free.
+  void unshard();
+  void reshard();
+  bool gathered() const { return gathered_; }
+  int64_t gathered_bytes() const;
+  int64_t full_param_bytes() const;
+
+  // Forward-wrapper state: true while an outermost wrapped module of this unit runs.
+  bool active = false;
+  // Stores parameter views saved for backward as (bucket, offset, shape, strides), re-gathering on use.
+  std::shared_ptr<autograd::SavedTensorHooks> saved_tensor_hooks();
+  // Identity on `outputs` whose backward gathers the parameters again before the unit's backward.
+  std::vector<Tensor> attach_pre_backward(const std::vector<Tensor>& outputs);
+
+  // Grad side.
+  void on_grad_accumulated(size_t slot);
+  bool has_unreduced_grads() const;
+  // Reduce-scatters the accumulated full grads into the sharded main grads and frees them.
+  void reduce_grads();
+  void zero_grad();
+
+ private:
+  void point_leaves_at_full();
+  void release_leaves();
+
+  std::string name_;
+  FsdpUnitConfig config_;
+  std::shared_ptr<ProcessGroup> shard_group_, replicate_group_;
+  std::vector<FsdpSlot> slots_;
+  std::vector<FsdpBucket> buckets_;
+  bool gathered_ = false;
+  size_t trainable_count_ = 0, ready_count_ = 0;
+  std::shared_ptr<autograd::SavedTensorHooks> hooks_;
+};
+
+}  // namespace loom::dist
