@@ -198,6 +198,7 @@ void CheckpointManager::write(const CheckpointContents& c) {
                                      {"loom", c.extra}};
     write_text_atomic(partial / "common.json", common.dump(2));
     if (!c.metadata.is_null()) write_text_atomic(partial / "metadata.json", c.metadata.dump());
+    if (!c.model_config.is_null()) write_text_atomic(partial / "model_config.json", c.model_config.dump(2));
     fsync_path(partial, true);
     const fs::path replaced = final_dir.string() + ".replaced";
     if (fs::exists(final_dir)) {

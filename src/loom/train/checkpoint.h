@@ -7,6 +7,7 @@
 //       common.json     epoch_num, step_num, global_step, loss_scale, global_batch_size,
 //                       consumed_samples, ckpt_status, plus "loom": data position, RNG, scheduler
 //       metadata.json   multi-process runs: global shape and offset of every shard
+//       model_config.json  the model section, for `loom convert --to-hf`
 //
 // Crash safety: an iteration is written into "iteration_N.partial" and renamed into place only
 // when every file is on disk (fsync'd); "latest" is rewritten after that, atomically. A process
@@ -56,6 +57,8 @@ struct CheckpointContents {
   std::map<std::string, Tensor> optimizer;
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();  // stored under common.json "loom"
   nlohmann::ordered_json metadata;  // metadata.json content (null ⇒ not written)
+  // The model section (written as model_config.json so `loom convert --to-hf` needs no --config).
+  nlohmann::ordered_json model_config;
 };
 
 struct LoadedCheckpoint {

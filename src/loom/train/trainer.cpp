@@ -211,6 +211,7 @@ CheckpointContents Trainer::checkpoint_contents() {
   c.global_batch_size = config_.training.global_batch_size;
   c.consumed_samples = state_.consumed_samples;
   c.model = model_->module().state_dict();
+  c.model_config = model_json(config_.model);
   if (!config_.checkpoint.no_save_optim) c.optimizer = optimizer_->state_dict();
   const RngState rng = default_generator().state();
   c.extra = {{"data", loader_->state()},
