@@ -17,6 +17,7 @@
 #include "loom/core/rng.h"
 #include "loom/kernels/cpu/cross_entropy.h"
 #include "loom/kernels/cpu/elementwise.h"
+#include "loom/kernels/cpu/swiglu.h"
 #include "loom/kernels/cpu/norm.h"
 #include "loom/kernels/cpu/rope.h"
 #include "loom/ops/linear.h"

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "loom/ops/elementwise.h"
+#include "loom/ops/shape.h"
 #include "testing/gradcheck.h"
 
 using namespace loom;
@@ -94,4 +95,31 @@ TEST(OpsElementwise, CastRoundTripsGradToInputDtype) {
   autograd::backward(ops::sum(ops::scale(y, 3.0)));
   EXPECT_EQ(x.grad().dtype(), DType::f32);
   EXPECT_EQ(x.grad().to_float_vector(), (std::vector<float>{3.f, 3.f}));
+}
+
+TEST(OpsElementwise, SwigluPackedEqualsSplitAndPassesGradcheck) {
+  // [.., 2F] = [gate | up] read in place; its grad is the fused [.., 2F] grad.
+  Tensor h = leaf({3, 2, 10}, 31, -3, 3);
+  EXPECT_LT(gradcheck([](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::swiglu_packed(in[0])}; }, {h}), 1e-6);
+  Tensor h32 = random_f64({5, 40}, 32, -4, 4).to(DType::f32);  // 20 = 2 vectors of 8 + a tail of 4
+  auto halves = ops::split(h32, {20, 20}, 1);
+  auto packed = ops::swiglu_packed(h32).to_float_vector();
+  auto split = ops::swiglu(halves[0], halves[1]).to_float_vector();
+  ASSERT_EQ(packed.size(), split.size());
+  auto hv = h32.to_double_vector();
+  for (size_t i = 0; i < packed.size(); ++i) {
+    EXPECT_EQ(packed[i], split[i]);
+    const size_t r = i / 20, c = i % 20;
+    const double g = hv[r * 40 + c], u = hv[r * 40 + 20 + c];
+    EXPECT_NEAR(packed[i], g / (1 + std::exp(-g)) * u, 1e-5 * (1 + std::abs(packed[i])));
+  }
+  Tensor hb = h32.to(DType::bf16);
+  auto pb = ops::swiglu_packed(hb).to_float_vector();
+  auto hbv = hb.to_double_vector();
+  for (size_t i = 0; i < pb.size(); ++i) {
+    const size_t r = i / 20, c = i % 20;
+    const double g = hbv[r * 40 + c], u = hbv[r * 40 + 20 + c];
+    EXPECT_NEAR(pb[i], g / (1 + std::exp(-g)) * u, 0.0079 * std::abs(pb[i]) + 1e-6);
+  }
+  EXPECT_THROW(ops::swiglu_packed(Tensor::zeros({2, 3})), ShapeError);
 }

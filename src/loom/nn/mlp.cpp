@@ -10,9 +10,9 @@ Tensor mlp_activation(const Tensor& h, Activation activation, bool gated) {
   const int64_t width = h.size(-1);
   LOOM_CHECK(width % 2 == 0, ShapeError, "gated MLP: fc1 output width ", width,
              " is odd; it must hold gate and up halves");
+  if (activation != Activation::gelu) return ops::swiglu_packed(h);
   auto halves = ops::split(h, {width / 2, width / 2}, h.dim() - 1);
-  if (activation == Activation::gelu) return ops::mul(ops::gelu(halves[0]), halves[1]);
-  return ops::swiglu(halves[0], halves[1]);
+  return ops::mul(ops::gelu(halves[0]), halves[1]);
 }
 
 MLP::MLP(const TransformerConfig& c, int64_t ffn_hidden_size)

@@ -3,6 +3,7 @@
 #include "loom/autograd/function.h"
 #include "loom/kernels/cpu/elementwise.h"
 #include "loom/kernels/cpu/reduce.h"
+#include "loom/kernels/cpu/swiglu.h"
 
 namespace loom::ops {
 
@@ -159,6 +160,14 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
     Tensor dg, du;
     k::swiglu_backward(g[0], ctx.saved(0), ctx.saved(1), dg, du);
     return {dg, du};
+  });
+  return out;
+}
+
+Tensor swiglu_packed(const Tensor& h) {
+  Tensor out = k::swiglu_packed(h);
+  record("swiglu", {&h}, {&out}, {h}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
+    return {k::swiglu_packed_backward(g[0], ctx.saved(0))};
   });
   return out;
 }

@@ -26,6 +26,9 @@ Tensor tanh(const Tensor& a);
 Tensor gelu(const Tensor& a, bool tanh_approx = false);
 // silu(gate) * up, fused (one pass forward, one pass backward)
 Tensor swiglu(const Tensor& gate, const Tensor& up);
+// The same on a fused [.., 2F] tensor holding the gate half then the up half (a gated MLP's
+// fc1 output): no split, and the backward writes the fused grad directly.
+Tensor swiglu_packed(const Tensor& h);
 // Changes dtype; the grad is cast back to the input's dtype.
 Tensor cast(const Tensor& a, DType dtype);
 

@@ -285,40 +285,4 @@ Tensor sigmoid_backward(const Tensor& grad, const Tensor& y) {
   return map2(grad, y, "sigmoid_backward", [](auto g, auto s) { return g * s * (decltype(s)(1) - s); });
 }
 
-Tensor swiglu(const Tensor& gate, const Tensor& up) {
-  return map2(gate, up, "swiglu", [](auto g, auto u) {
-    using C = decltype(g);
-    return g / (C(1) + std::exp(-g)) * u;
-  });
-}
-
-void swiglu_backward(const Tensor& grad, const Tensor& gate, const Tensor& up, Tensor& d_gate,
-                     Tensor& d_up) {
-  check_same_dtype(gate, up, "swiglu_backward");
-  LOOM_CHECK(gate.shape() == up.shape() && grad.shape() == gate.shape(), ShapeError,
-             "swiglu_backward: grad ", grad.shape().str(), ", gate ", gate.shape().str(), " and up ",
-             up.shape().str(), " must have equal shapes");
-  Tensor gc = grad.contiguous(), ac = gate.contiguous(), uc = up.contiguous();
-  d_gate = Tensor::empty(gate.shape(), gate.dtype());
-  d_up = Tensor::empty(up.shape(), up.dtype());
-  const int64_t n = gate.numel();
-  LOOM_DISPATCH_FLOATING(gate.dtype(), "swiglu_backward", [&] {
-    using C = compute_t<scalar_t>;
-    const scalar_t* pg = gc.data<scalar_t>();
-    const scalar_t* pa = ac.data<scalar_t>();
-    const scalar_t* pu = uc.data<scalar_t>();
-    scalar_t* dg = d_gate.data<scalar_t>();
-    scalar_t* du = d_up.data<scalar_t>();
-    parallel_for(0, n, 16384, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        C g = C(pg[i]), a = C(pa[i]), u = C(pu[i]);
-        C s = C(1) / (C(1) + std::exp(-a));
-        C silu = a * s;
-        du[i] = cast_scalar<scalar_t>(g * silu);
-        dg[i] = cast_scalar<scalar_t>(g * u * s * (C(1) + a * (C(1) - s)));
-      }
-    });
-  });
-}
-
 }  // namespace loom::kernels::cpu

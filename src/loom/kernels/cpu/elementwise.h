@@ -26,9 +26,6 @@ Tensor gelu(const Tensor& x, bool tanh_approx);
 Tensor gelu_backward(const Tensor& grad, const Tensor& x, bool tanh_approx);
 Tensor silu_backward(const Tensor& grad, const Tensor& x);
 Tensor sigmoid_backward(const Tensor& grad, const Tensor& y);  // y = sigmoid(x)
-// swiglu(gate, up) = silu(gate) * up ; backward gives d_gate and d_up.
-Tensor swiglu(const Tensor& gate, const Tensor& up);
-void swiglu_backward(const Tensor& grad, const Tensor& gate, const Tensor& up, Tensor& d_gate,
-                     Tensor& d_up);
+// (swiglu lives in swiglu.h)
 
 }  // namespace loom::kernels::cpu
