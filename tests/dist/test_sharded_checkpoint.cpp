@@ -1,0 +1,84 @@
+// Sharded checkpoint pieces that need no second process: the reference's shard ids, one-process
+// save plans, and the load errors (semantics.md §1.4). Resharding across ranks is tested under
+// mpirun in tests/dist/mpi/test_checkpoint_mpi.cpp.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "loom/dist/sharded_checkpoint.h"
+#include "loom/models/safetensors.h"
+#include "testing/temp_dir.h"
+
+namespace loom::dist {
+namespace {
+
+std::string names(bool optimizer, int rank, int world) {
+  return std::string("checkpoint-") + (optimizer ? "opt" : "model") + "-" + std::to_string(rank) + "-" +
+         std::to_string(world) + ".safetensors";
+}
+
+TEST(ShardedCheckpoint, ShardIdsArePythonTupleReprs) {
+  // The reference keys storage_data by str((name, global_offset)).
+  EXPECT_EQ(shard_id("w", {0, 16}), "('w', (0, 16))");
+  EXPECT_EQ(shard_id("b", {8}), "('b', (8,))");
+  EXPECT_EQ(shard_id("global_step", {}), "('global_step', ())");
+}
+
+TEST(ShardedCheckpoint, OneProcessSaveWritesEverythingAndDescribesIt) {
+  auto world = make_single_rank_group("world");
+  std::map<std::string, Tensor> model{{"a.weight", Tensor::ones({3, 2})}};
+  std::map<std::string, Tensor> opt{{"adam_m.a.weight", Tensor::zeros({3, 2})},
+                                    {"global_step", Tensor::scalar(4, DType::i64)}};
+  auto entries = checkpoint_entries(nullptr, *world, model, opt);
+  ShardedSave s = prepare_sharded_save(*world, entries, names, /*remove_redundancy=*/true);
+  EXPECT_EQ(s.model.size(), 1u);
+  EXPECT_EQ(s.optimizer.size(), 2u);
+  const auto& m = s.metadata["state_dict_metadata"];
+  EXPECT_EQ(m["a.weight"]["global_shape"], nlohmann::ordered_json({3, 2}));
+  EXPECT_EQ(m["a.weight"]["chunk"][0]["global_offset"], nlohmann::ordered_json({0, 0}));
+  EXPECT_EQ(m["global_step"]["properties"]["dtype"], "Int64");
+  EXPECT_EQ(s.metadata["storage_data"]["('adam_m.a.weight', (0, 0))"][0]["file_name"], "checkpoint-opt-0-1.safetensors");
+}
+
+TEST(ShardedCheckpoint, LoadWithoutMetadataTakesWholeTensorsAndNamesProblems) {
+  testing::TempDir dir;
+  models::write_safetensors(dir.file("checkpoint-model-0000000-0000001.safetensors"),
+                            std::map<std::string, Tensor>{{"a.weight", Tensor::full({4, 2}, 2.0)}});
+  auto world = make_single_rank_group("world");
+  std::vector<ShardedTensorEntry> entries{{"a.weight", Tensor::zeros({2, 2}), {}, false}};
+  entries[0].placement.global_shape = {4, 2};
+  entries[0].placement.global_offset = {2, 0};
+  entries[0].placement.local_shape = {2, 2};
+  load_resharded(dir.path().string(), entries, false);
+  EXPECT_EQ(entries[0].local.at({1, 1}), 2.0);
+
+  std::vector<ShardedTensorEntry> bad{{"a.weight", Tensor::zeros({3, 2}), full_placement(Tensor::zeros({3, 2})), false},
+                                      {"b.weight", Tensor::zeros({1}), full_placement(Tensor::zeros({1})), false}};
+  try {
+    load_resharded(dir.path().string(), bad, false);
+    FAIL();
+  } catch (const CheckpointError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("shape mismatch: a.weight is [4, 2] in the checkpoint but [3, 2] in the model"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("missing: b.weight"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(dir.path().string()), std::string::npos) << msg;
+  }
+}
+
+TEST(ShardedCheckpoint, MissingFileNamedByMetadataIsAnError) {
+  testing::TempDir dir;
+  auto world = make_single_rank_group("world");
+  std::map<std::string, Tensor> model{{"a.weight", Tensor::ones({3, 2})}};
+  ShardedSave s = prepare_sharded_save(*world, checkpoint_entries(nullptr, *world, model, {}), names, false);
+  std::ofstream(dir.file("metadata.json")) << s.metadata.dump();
+  std::vector<ShardedTensorEntry> entries{{"a.weight", Tensor::zeros({3, 2}), full_placement(Tensor::zeros({3, 2})), false}};
+  try {
+    load_resharded(dir.path().string(), entries, false);
+    FAIL();
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint-model-0-1.safetensors"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace loom::dist
