@@ -1,14 +1,18 @@
 // loom train --config FILE [--set key=value ...] [--output DIR] [--threads N]
+// Under mpirun (or `loom launch`) every process runs this: rank and world size come from MPI,
+// rank 0 picks the run directory and writes the logs, and a rank that fails ends every rank.
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 
 #include "command.h"
 #include "loom/config/config.h"
 #include "loom/core/log.h"
 #include "loom/core/parallel.h"
+#include "loom/dist/runtime.h"
 #include "loom/train/causal_lm_model.h"
 #include "loom/train/metrics.h"
 #include "loom/train/trainer.h"
@@ -30,7 +34,17 @@ std::string default_run_dir(const std::string& config_path) {
   return (std::filesystem::path("runs") / (std::filesystem::path(config_path).stem().string() + "-" + stamp)).string();
 }
 
+int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt);
+
 int run_train(const std::vector<std::string>& args) {
+  loom::dist::Runtime& rt = loom::dist::Runtime::init();
+  if (rt.world_size() == 1) return train_with(args, rt);
+  // Several ranks: an error on one must end all of them with its message, never leave the others
+  // waiting in a collective.
+  return loom::dist::run_guarded([&] { return train_with(args, rt); });
+}
+
+int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
   std::string config_path, output;
   std::vector<std::string> overrides;
   int threads = 0;
@@ -70,11 +84,18 @@ int run_train(const std::vector<std::string>& args) {
     std::fprintf(stderr, "error: --config FILE is required\n%s", kUsage);
     return 2;
   }
-  if (threads > 0) loom::set_num_threads(threads);
+  if (threads > 0) {
+    loom::set_num_threads(threads);
+  } else if (rt.world_size() > 1 && !std::getenv("LOOM_NUM_THREADS")) {
+    // Processes sharing a host share its cores (loom launch sets LOOM_NUM_THREADS itself).
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int per_host = local ? std::max(1, std::atoi(local)) : rt.world_size();
+    loom::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / per_host));
+  }
 
   loom::config::LoadOptions load;
   load.overrides = overrides;
-  load.world_size = 1;
+  load.world_size = rt.world_size();
   loom::config::TrainConfig config;
   try {
     config = loom::config::load_config(config_path, load);
@@ -83,14 +104,21 @@ int run_train(const std::vector<std::string>& args) {
     return 2;
   }
 
-  const std::string run_dir = output.empty() ? default_run_dir(config_path) : output;
+  // Every rank writes its checkpoint shards under the run directory: rank 0's choice for all.
+  std::string run_dir = output.empty() ? default_run_dir(config_path) : output;
+  if (rt.world_size() > 1) run_dir = loom::dist::broadcast_string(*rt.world(), run_dir, 0);
   std::filesystem::create_directories(run_dir);
-  loom::log::set_file((std::filesystem::path(run_dir) / "train.log").string());
-  loom::config::write_effective_config(config, (std::filesystem::path(run_dir) / "config.yaml").string());
-  loom::log::info("run directory: ", run_dir);
+  if (rt.rank() == 0) {
+    loom::log::set_file((std::filesystem::path(run_dir) / "train.log").string());
+    loom::config::write_effective_config(config, (std::filesystem::path(run_dir) / "config.yaml").string());
+  }
+  loom::log::info("run directory: ", run_dir, rt.world_size() > 1 ? " (" + std::to_string(rt.world_size()) + " processes)" : "");
 
   loom::train::TrainerOptions options;
   options.run_dir = run_dir;
+  options.rank = rt.rank();
+  options.world_size = rt.world_size();
+  options.world = rt.world();
   loom::train::Trainer trainer(std::move(config), loom::train::build_causal_lm, options);
   loom::train::TrainSummary s = trainer.train();
   char line[512];

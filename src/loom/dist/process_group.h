@@ -158,6 +158,11 @@ class ProcessGroup {
 // in the world (0 without a launcher).
 std::unique_ptr<ProcessGroup> make_single_rank_group(std::string axis, int world_rank = 0);
 
+// Text across ranks (run directories, checkpoint metadata): every rank's string on every rank,
+// and the root's string on every rank.
+std::vector<std::string> all_gather_strings(ProcessGroup& group, const std::string& mine);
+std::string broadcast_string(ProcessGroup& group, const std::string& value, int root);
+
 // Reduces `count` elements of `srcs` (one pointer per rank, in rank order) into dst with `op`;
 // floating sums run in rank order, bf16 accumulates in fp32 and rounds once. Shared by the
 // implementations so every backend reduces alike.

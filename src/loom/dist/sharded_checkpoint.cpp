@@ -45,22 +45,6 @@ Shape shape_of(const std::vector<int64_t>& v) {
   return s;
 }
 
-// Every rank's string, on every rank (lengths first, then the bytes packed in int64 words).
-std::vector<std::string> all_gather_strings(ProcessGroup& group, const std::string& mine) {
-  const int n = group.size();
-  std::vector<int64_t> lengths(static_cast<size_t>(n));
-  const int64_t len = static_cast<int64_t>(mine.size());
-  group.all_gather(std::span<const int64_t>(&len, 1), std::span<int64_t>(lengths));
-  const int64_t words = (*std::max_element(lengths.begin(), lengths.end()) + 7) / 8;
-  std::vector<int64_t> packed(static_cast<size_t>(words), 0), all(static_cast<size_t>(words * n));
-  if (!mine.empty()) std::memcpy(packed.data(), mine.data(), mine.size());
-  group.all_gather(std::span<const int64_t>(packed), std::span<int64_t>(all));
-  std::vector<std::string> out;
-  for (int r = 0; r < n; ++r)
-    out.emplace_back(reinterpret_cast<const char*>(all.data() + r * words), static_cast<size_t>(lengths[static_cast<size_t>(r)]));
-  return out;
-}
-
 struct Described {
   int rank;
   std::string name;

@@ -47,6 +47,14 @@ void CausalLMModel::after_optimizer_step() {
   model_->update_expert_biases();
 }
 
+std::vector<Tensor> CausalLMModel::data_parallel_sums() {
+  // The aux-loss-free bias update follows the global routing counts (every rank the same bias).
+  std::vector<Tensor> out;
+  for (nn::MoELayer* m : model_->moe_layers())
+    if (m->router().tokens_per_expert().defined()) out.push_back(m->router().tokens_per_expert());
+  return out;
+}
+
 double CausalLMModel::flops_per_token(int64_t seq_length) const {
   return models::training_flops_per_token(args_, seq_length);
 }

@@ -20,6 +20,7 @@ class CausalLMModel : public TrainModel {
   nn::Module& module() override { return *model_; }
   ForwardResult forward(const data::Batch& batch) override;
   void after_optimizer_step() override;
+  std::vector<Tensor> data_parallel_sums() override;
   void set_backward_scale(double scale) override { model_->set_auxiliary_loss_grad_scale(scale); }
   void set_track_max_logits(bool on) override { model_->set_track_max_logits(on); }
   double flops_per_token(int64_t seq_length) const override;

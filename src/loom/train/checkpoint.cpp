@@ -229,21 +229,12 @@ void CheckpointManager::rotate(int64_t just_saved) {
   }
 }
 
-LoadedCheckpoint CheckpointManager::load(
-    const std::string& load_path, bool load_optimizer,
-    const std::function<std::map<std::string, Tensor>(const std::string&)>& load_hf) const {
+LoadedCheckpoint CheckpointManager::load_state(const std::string& load_path) const {
   ResolvedLoadPath where = resolve_load_path(load_path);
   LoadedCheckpoint out;
   out.dir = where.dir;
   out.is_hf = where.is_hf;
-  if (where.is_hf) {
-    LOOM_CHECK(!load_optimizer, ConfigError, "checkpoint.load_path '", load_path,
-               "' is a Hugging Face model folder: it has weights but no optimizer state, so training "
-               "cannot resume from it; set checkpoint.no_load_optim: True to start from these weights");
-    LOOM_CHECK(static_cast<bool>(load_hf), CheckpointError, "loading HF folders is not available here");
-    out.model = load_hf(where.dir);
-    return out;
-  }
+  if (where.is_hf) return out;
   const fs::path dir(where.dir);
   if (fs::exists(dir / "common.json")) {
     out.common = read_json(dir / "common.json");
@@ -260,6 +251,30 @@ LoadedCheckpoint CheckpointManager::load(
           if (f.contains("file_name"))
             LOOM_CHECK(fs::exists(dir / f["file_name"].get<std::string>()), CheckpointError, "checkpoint '", dir.string(),
                        "' is incomplete: metadata.json names '", f["file_name"].get<std::string>(), "' which is missing");
+  }
+  return out;
+}
+
+LoadedCheckpoint CheckpointManager::load(
+    const std::string& load_path, bool load_optimizer,
+    const std::function<std::map<std::string, Tensor>(const std::string&)>& load_hf) const {
+  ResolvedLoadPath where = resolve_load_path(load_path);
+  LoadedCheckpoint out;
+  out.dir = where.dir;
+  out.is_hf = where.is_hf;
+  if (where.is_hf) {
+    LOOM_CHECK(!load_optimizer, ConfigError, "checkpoint.load_path '", load_path,
+               "' is a Hugging Face model folder: it has weights but no optimizer state, so training "
+               "cannot resume from it; set checkpoint.no_load_optim: True to start from these weights");
+    LOOM_CHECK(static_cast<bool>(load_hf), CheckpointError, "loading HF folders is not available here");
+    out.model = load_hf(where.dir);
+    return out;
+  }
+  const fs::path dir(where.dir);
+  {
+    LoadedCheckpoint state = load_state(where.dir);
+    out.common = std::move(state.common);
+    out.extra = std::move(state.extra);
   }
   // The files of this rank; a checkpoint saved at another world size needs resharding (the
   // distributed layer does that from metadata.json).

@@ -44,6 +44,10 @@ struct CheckpointOptions {
   std::optional<std::string> prefix = "checkpoint";
   std::string load_path;
   bool no_load_optim = false;
+  // Multi-process (dist::prepare_sharded_save / load_resharded): write each shard once; let
+  // replicas split the reading.
+  bool remove_redundancy = false;
+  bool load_balanced = false;
 };
 
 struct CheckpointContents {
@@ -108,6 +112,9 @@ class CheckpointManager {
   // (given by the caller, which knows the model's naming) and need load_optimizer == false.
   LoadedCheckpoint load(const std::string& load_path, bool load_optimizer,
                         const std::function<std::map<std::string, Tensor>(const std::string&)>& load_hf = {}) const;
+  // The folder, common.json and its "loom" extras only (the tensors are read by the caller, e.g.
+  // resharded by dist::load_resharded); checks that every file metadata.json names exists.
+  LoadedCheckpoint load_state(const std::string& load_path) const;
 
  private:
   void write(const CheckpointContents& c);

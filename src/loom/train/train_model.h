@@ -27,6 +27,9 @@ class TrainModel {
   virtual ForwardResult forward(const data::Batch& batch) = 0;
   // Called once per optimizer update, after it (aux-loss-free expert-bias update, counter resets).
   virtual void after_optimizer_step() {}
+  // Per-step counters that every data-parallel rank must see summed over all ranks before
+  // after_optimizer_step() (MoE tokens_per_expert): live tensors, summed in place by the trainer.
+  virtual std::vector<Tensor> data_parallel_sums() { return {}; }
   // The factor the trainer applies to forward()'s loss before backward (1/A with A micro-batches):
   // losses the model injects into backward itself (MoE balance, MTP) must be scaled alike.
   virtual void set_backward_scale(double scale) {}

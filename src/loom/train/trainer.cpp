@@ -16,12 +16,14 @@
 #include "loom/core/rng.h"
 #include "loom/core/trace.h"
 #include "loom/data/loader_options.h"
+#include "loom/dist/sharded_checkpoint.h"
 #include "loom/ops/elementwise.h"
 #include "loom/optim/grad_norm.h"
 #include "loom/optim/lr_scheduler.h"
 #include "loom/optim/optimizer_factory.h"
 #include "loom/train/builtin_callbacks.h"
 #include "loom/train/config_json.h"
+#include "loom/train/distributed.h"
 #include "loom/train/hardware.h"
 #include "loom/train/memory_setup.h"
 
@@ -87,17 +89,34 @@ void Trainer::build() {
               "local_batch_size = ", layout.samples_per_micro_step, ": each step trains on ", layout.samples_per_step,
               " samples (", layout.num_accumulation_steps, " micro-batches)");
 
-  // Model on the meta device → weights → memory policy.
+  // Several processes: the mesh of the layout (every limitation was checked above).
+  if (options_.world_size > 1) {
+    LOOM_CHECK(options_.world != nullptr && options_.world->size() == options_.world_size, DistError,
+               "TrainerOptions: world_size is ", options_.world_size, " but no matching world process group was given");
+    check_distributed_support(config_, layout);
+    mesh_ = std::make_shared<dist::DeviceMesh>(options_.world, layout.dims);
+    std::vector<int> everyone(static_cast<size_t>(options_.world_size));
+    for (int r = 0; r < options_.world_size; ++r) everyone[static_cast<size_t>(r)] = r;
+    checkpoint_group_ = std::shared_ptr<dist::ProcessGroup>(options_.world->split("checkpoint", everyone));
+  }
+
+  // Model on the meta device → memory policy → (FSDP shards, initialised slice by slice) or weights.
+  // Strategy order (DESIGN.md): TP/SP → CP → EP → PP → recompute/swap → FSDP.
   model_ = model_factory_(config_.model);
   LOOM_CHECK(model_ != nullptr, ConfigError, "model: no model was built");
-  model_->set_backward_scale(1.0 / static_cast<double>(state_.num_accumulation_steps));
-  model_->module().materialize(static_cast<uint64_t>(training.seed));
+  // Injected losses (MoE balance, MTP) get the backward factor of the main loss: sense / A.
+  model_->set_backward_scale(loss_sense() / static_cast<double>(state_.num_accumulation_steps));
+  if (!mesh_) model_->module().materialize(static_cast<uint64_t>(training.seed));
   const int64_t total_layers = model_->num_layers() + model_->num_mtp_layers();
   memory::RecomputeOptions rc = recompute_options(config_.recompute, config_.recompute_comm, total_layers);
   memory::SwapOptions sw = swap_options(config_.swap, total_layers);
   auto layers = model_->layers();
   memory::MemoryPlan plan = memory::plan_memory(layers, model_->num_layers(), rc, sw);
   memory_state_ = memory::apply_memory_plan(model_->module(), layers, plan, rc);
+  if (mesh_) {
+    fsdp_ = dist::apply_fsdp(model_->module(), mesh_, fsdp_options(config_.parallelism, layout));
+    fsdp_->materialize(static_cast<uint64_t>(training.seed));
+  }
 
   // Data.
   const auto& dims = layout.dims;
@@ -109,8 +128,12 @@ void Trainer::build() {
   // Schedule and optimizer.
   scheduler_ = std::shared_ptr<optim::LrScheduler>(optim::build_lr_scheduler(lr_scheduler_json(config_.lr_scheduler), training.steps));
   optim::NamedParams params;
-  for (auto& [name, p] : model_->module().named_parameters())
-    if (p->trainable) params.push_back({name, p->tensor});
+  if (fsdp_) {
+    for (auto& [name, shard] : fsdp_->sharded_parameters()) params.push_back({name, shard});  // steps on shards
+  } else {
+    for (auto& [name, p] : model_->module().named_parameters())
+      if (p->trainable) params.push_back({name, p->tensor});
+  }
   optim::OptimizerContext context;
   context.model = model_->muon_info();
   context.swap = config_.swap.enable;
@@ -131,7 +154,11 @@ void Trainer::build() {
   ck.prefix = c.prefix;
   ck.load_path = c.load_path;
   ck.no_load_optim = c.no_load_optim;
-  checkpoints_ = std::make_unique<CheckpointManager>(ck, options_.rank, options_.world_size);
+  ck.remove_redundancy = c.remove_redundancy;
+  ck.load_balanced = c.load_balanced;
+  std::function<void()> barrier;
+  if (checkpoint_group_) barrier = [g = checkpoint_group_] { g->barrier(); };
+  checkpoints_ = std::make_unique<CheckpointManager>(ck, options_.rank, options_.world_size, barrier);
 
   const bool writes = options_.rank == 0;
   std::string tb_dir = config_.monitor.tensorboard.output_dir;
@@ -169,16 +196,32 @@ void Trainer::build() {
 
 void Trainer::resume(const std::string& load_path) {
   const bool load_optim = !config_.checkpoint.no_load_optim;
-  LoadedCheckpoint ck = checkpoints_->load(load_path, load_optim,
-                                           [this](const std::string& dir) { return model_->load_hf(dir); });
-  model_->module().load_state_dict(ck.model, true, ck.dir);
-  if (ck.is_hf) {
+  const ResolvedLoadPath where = resolve_load_path(load_path);
+  // Sharded runs, and checkpoints saved by several processes, load through the resharding path.
+  const bool resharded = !where.is_hf && (mesh_ || std::filesystem::exists(fs::path(where.dir) / "metadata.json"));
+  LoadedCheckpoint ck;
+  if (resharded) {
+    ck = checkpoints_->load_state(load_path);
+    load_resharded(ck.dir, load_optim);
+  } else if (where.is_hf && fsdp_) {
+    LOOM_CHECK(!load_optim, ConfigError, "checkpoint.load_path '", load_path,
+               "' is a Hugging Face model folder: it has weights but no optimizer state, so training cannot resume "
+               "from it; set checkpoint.no_load_optim: True to start from these weights");
+    fsdp_->load_full_state_dict(model_->load_hf(where.dir));
     optimizer_->refresh_masters_from_params();
-    log::info("initialised the model from Hugging Face weights in ", ck.dir);
+    log::info("initialised the model from Hugging Face weights in ", where.dir);
     return;
+  } else {
+    ck = checkpoints_->load(load_path, load_optim, [this](const std::string& dir) { return model_->load_hf(dir); });
+    model_->module().load_state_dict(ck.model, true, ck.dir);
+    if (ck.is_hf) {
+      optimizer_->refresh_masters_from_params();
+      log::info("initialised the model from Hugging Face weights in ", ck.dir);
+      return;
+    }
+    if (load_optim) optimizer_->load_state_dict(ck.optimizer);
+    else optimizer_->refresh_masters_from_params();
   }
-  if (load_optim) optimizer_->load_state_dict(ck.optimizer);
-  else optimizer_->refresh_masters_from_params();
 
   // The reference: a changed global batch size rescales the step so the schedule position
   // follows the samples seen.
@@ -203,6 +246,33 @@ void Trainer::resume(const std::string& load_path) {
   log::info("resumed from ", ck.dir, " at step ", state_.global_step, " (", state_.consumed_samples, " samples consumed)");
 }
 
+void Trainer::load_resharded(const std::string& dir, bool load_optim) {
+  // Fill this rank's live shards (or whole tensors) in place, whatever layout saved them.
+  std::map<std::string, Tensor> model = fsdp_ ? fsdp_->sharded_state_dict() : model_->module().state_dict();
+  std::unique_ptr<dist::ProcessGroup> alone;
+  dist::ProcessGroup* group = mesh_ ? &mesh_->world() : nullptr;
+  if (!group) {
+    alone = dist::make_single_rank_group("world");
+    group = alone.get();
+  }
+  auto entries = dist::checkpoint_entries(fsdp_.get(), *group, model, optimizer_->state_dict());
+  dist::load_resharded(dir, entries, load_optim, mesh_ ? &mesh_->group("dp_replicate") : nullptr,
+                       config_.checkpoint.load_balanced);
+  if (!load_optim) {
+    optimizer_->refresh_masters_from_params();
+    return;
+  }
+  std::map<std::string, Tensor> opt;
+  for (auto& e : entries)
+    if (e.optimizer) opt[e.name] = e.local;
+  optimizer_->load_state_dict(opt);
+}
+
+double Trainer::loss_sense() const {
+  if (options_.world_size <= 1 || !config_.parallelism.disable_gradient_division) return 1.0;
+  return 1.0 / static_cast<double>(options_.world_size / std::max(1, config_.parallelism.pipeline_parallel));
+}
+
 CheckpointContents Trainer::checkpoint_contents() {
   CheckpointContents c;
   c.iteration = state_.global_step;
@@ -213,6 +283,8 @@ CheckpointContents Trainer::checkpoint_contents() {
   c.model = model_->module().state_dict();
   c.model_config = model_json(config_.model);
   if (!config_.checkpoint.no_save_optim) c.optimizer = optimizer_->state_dict();
+  if (mesh_) shard_checkpoint_contents(c, fsdp_.get(), mesh_->world(), config_.checkpoint.prefix,
+                                       config_.checkpoint.remove_redundancy);
   const RngState rng = default_generator().state();
   c.extra = {{"data", loader_->state()},
              {"rng", {{"seed", rng.seed}, {"stream", rng.stream}, {"offset", rng.offset}}},
@@ -237,6 +309,8 @@ void Trainer::train_step(StepMetrics& m) {
   const int64_t A = state_.num_accumulation_steps;
   optim::NamedParams params = optimizer_->named_params();
   for (auto& p : params) p.param.set_grad(Tensor());
+  if (fsdp_) fsdp_->zero_grad();
+  const double sense = loss_sense();
   double loss_sum = 0;
   std::map<std::string, double> extras;
   for (int64_t micro = 0; micro < A; ++micro) {
@@ -251,20 +325,32 @@ void Trainer::train_step(StepMetrics& m) {
       LOOM_TRACE("step", "forward");
       r = model_->forward(batch);
     }
-    // loss / A, backward with sense 1 (one process) — the reference's _forward_backward.
+    // loss / A, backward with sense 1/(world/pp) (1 on one process) — the reference's
+    // _forward_backward; FSDP then sums the grads over the data-parallel ranks.
     Tensor scaled = A > 1 ? ops::scale(r.loss, 1.0 / static_cast<double>(A)) : r.loss;
     {
       LOOM_TRACE("step", "backward");
-      autograd::backward(scaled);
+      if (sense == 1.0) autograd::backward(scaled);
+      else autograd::backward(scaled, Tensor::full(scaled.shape(), sense, scaled.dtype()));
     }
     loss_sum += r.loss.item() / static_cast<double>(A);
     for (const auto& [k, v] : r.extras) extras[k] += v / static_cast<double>(A);
+  }
+  optim::ReplicaFactorFn replica_factor;
+  optim::AllReduceSumFn all_reduce_sum;
+  if (mesh_) {
+    fsdp_->finish_backward();
+    // The logged loss is the mean over all ranks (the reference's all_reduce(SUM) / world).
+    loss_sum = mean_over_ranks(mesh_->world(), loss_sum);
+    for (auto& [k, v] : extras) v = mean_over_ranks(mesh_->world(), v);
+    replica_factor = [f = fsdp_.get()](const optim::NamedParam& p) { return static_cast<double>(f->replica_factor(p.name)); };
+    all_reduce_sum = [m = mesh_.get()](double v) { return m->world().all_reduce_scalar(v); };
   }
   const double max_norm = config_.training.max_norm;
   double grad_norm;
   {
     LOOM_TRACE("step", "grad norm");
-    grad_norm = optim::clip_grad_norm(params, max_norm);
+    grad_norm = optim::clip_grad_norm(params, max_norm, replica_factor, all_reduce_sum);
   }
   // Health check: non-finite norms are never applied; with monitor.health_checkpoint set,
   // norms above global_norm_skip_threshold are skipped too, at most global_norm_skip_time in a row.
@@ -288,10 +374,16 @@ void Trainer::train_step(StepMetrics& m) {
     optimizer_->set_global_step(optimizer_->global_step() + 1);  // the schedule still advances
   } else {
     state_.consecutive_skips = 0;
-    if (auto* muon = dynamic_cast<optim::Muon*>(optimizer_.get())) muon->set_qk_clip_inputs(model_->take_qk_clip_inputs());
+    if (auto* muon = dynamic_cast<optim::Muon*>(optimizer_.get())) {
+      auto qk = model_->take_qk_clip_inputs();
+      if (mesh_) max_over_ranks(mesh_->world(), qk);
+      muon->set_qk_clip_inputs(std::move(qk));
+    }
     LOOM_TRACE("step", "optimizer");
     m.lr = optimizer_->step();
   }
+  if (mesh_)  // routing counts of every data-parallel rank (the same expert-bias update everywhere)
+    for (Tensor& t : model_->data_parallel_sums()) mesh_->group("batch").all_reduce(t);
   model_->after_optimizer_step();
   m.skipped = skip;
   m.loss = loss_sum;

@@ -14,6 +14,8 @@
 
 #include "loom/config/sections.h"
 #include "loom/data/data_loader.h"
+#include "loom/dist/device_mesh.h"
+#include "loom/dist/fsdp.h"
 #include "loom/optim/optimizer.h"
 #include "loom/train/callbacks.h"
 #include "loom/train/checkpoint.h"
@@ -31,6 +33,8 @@ struct TrainerOptions {
   std::string run_dir;   // where config, log, metrics and (by default) checkpoints go
   int rank = 0;
   int world_size = 1;
+  // The world's process group (dist::Runtime::world()); required when world_size > 1.
+  std::shared_ptr<dist::ProcessGroup> world;
   bool install_signal_handlers = true;
   bool quiet = false;    // no per-step log lines (tests)
 };
@@ -72,10 +76,16 @@ class Trainer {
   int64_t seq_length() const { return seq_length_; }
   // Saves a checkpoint of the current state now (the checkpoint callback and Ctrl-C use it).
   void save_checkpoint();
+  // Multi-process runs: the mesh and the FSDP wrapper of the model (null on one process).
+  dist::DeviceMesh* mesh() { return mesh_.get(); }
+  dist::FullyShardedModel* fsdp() { return fsdp_.get(); }
 
  private:
   void build();
   void resume(const std::string& load_path);
+  void load_resharded(const std::string& dir, bool load_optim);
+  // 1/(world/pp) with the reference's summed FSDP grads, else 1 (semantics.md §1.2).
+  double loss_sense() const;
   void train_step(StepMetrics& m);
   CheckpointContents checkpoint_contents();
   void fire(void (Callback::*event)(CallbackContext&), StepMetrics* metrics = nullptr);
@@ -94,6 +104,9 @@ class Trainer {
   std::unique_ptr<Profiler> profiler_;
   std::vector<std::unique_ptr<Callback>> callbacks_;
   std::shared_ptr<void> memory_state_;  // keeps swap machinery alive
+  std::shared_ptr<dist::DeviceMesh> mesh_;
+  std::shared_ptr<dist::FullyShardedModel> fsdp_;
+  std::shared_ptr<dist::ProcessGroup> checkpoint_group_;  // own communicator: async saves barrier off-thread
   double peak_gflops_ = 0;
 };
 

@@ -1,0 +1,140 @@
+// loom launch -n N [--hostfile F] [--threads T] [--dry-run] -- <loom command and its options>
+//
+// Starts N copies of this loom program under mpirun (one process per device, like msrun in the
+// spec), with the flags that work here: as root, more ranks than cores, shared memory between
+// the processes of one host and TCP on loopback (or on the hosts' network with a hostfile).
+// `mpirun -np N loom train ...` works too; this only saves remembering the flags.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "command.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: loom launch -n N [--hostfile FILE] [--threads T] [--mpirun PATH] [--dry-run] -- <command> [options]\n"
+    "  -n N             number of processes (world size)\n"
+    "  --hostfile FILE  hosts to spread the processes over (mpirun's hostfile); default: this machine\n"
+    "  --threads T      compute threads per process (default: LOOM_NUM_THREADS, else cores / processes)\n"
+    "  --mpirun PATH    the MPI launcher (default: mpirun on PATH)\n"
+    "  --dry-run        print the mpirun command instead of running it\n"
+    "example: loom launch -n 2 -- train --config configs/llama_a.yaml\n";
+
+std::string self_path() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "loom";
+  buf[n] = '\0';
+  return buf;
+}
+
+bool parse_positive(const std::string& text, int* out) {
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || !end || *end || v < 1 || v > 1 << 20) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+int run_launch(const std::vector<std::string>& args) {
+  int n = 0, threads = 0;
+  std::string hostfile, mpirun = "mpirun";
+  bool dry_run = false;
+  std::vector<std::string> command;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) {
+        std::fprintf(stderr, "error: %s needs a value\n%s", a.c_str(), kUsage);
+        std::exit(2);
+      }
+      return args[++i];
+    };
+    if (a == "--") {
+      command.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
+      break;
+    } else if (a == "--help" || a == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    } else if (a == "-n" || a == "-np" || a == "--nproc") {
+      const std::string v = value();
+      if (!parse_positive(v, &n)) {
+        std::fprintf(stderr, "error: -n '%s' is not a positive number of processes\n", v.c_str());
+        return 2;
+      }
+    } else if (a == "--hostfile") {
+      hostfile = value();
+    } else if (a == "--threads") {
+      const std::string v = value();
+      if (!parse_positive(v, &threads)) {
+        std::fprintf(stderr, "error: --threads '%s' is not a positive integer\n", v.c_str());
+        return 2;
+      }
+    } else if (a == "--mpirun") {
+      mpirun = value();
+    } else if (a == "--dry-run") {
+      dry_run = true;
+    } else {
+      std::fprintf(stderr, "error: unknown option '%s' (put the loom command after --)\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+  }
+  if (n == 0 || command.empty()) {
+    std::fprintf(stderr, "error: %s\n%s", n == 0 ? "-n N is required" : "the command to run (after --) is missing",
+                 kUsage);
+    return 2;
+  }
+  if (threads == 0) {
+    if (const char* env = std::getenv("LOOM_NUM_THREADS"); env && *env) parse_positive(env, &threads);
+    // One host: share its cores (a hostfile spreads ranks; each host's cores / its ranks is unknown here).
+    if (threads == 0) threads = hostfile.empty() ? std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / n) : 1;
+  }
+  const std::string t = std::to_string(threads);
+  ::setenv("LOOM_NUM_THREADS", t.c_str(), 1);
+  ::setenv("OMP_NUM_THREADS", t.c_str(), 1);
+  // Open MPI refuses root without both of these.
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+
+  std::vector<std::string> argv = {mpirun, "-np", std::to_string(n), "--oversubscribe", "--bind-to", "none",
+                                   // shared memory within a host, TCP between hosts
+                                   "--mca", "btl", "self,vader,tcp",
+                                   // ranks sharing cores give them up while they wait
+                                   "--mca", "mpi_yield_when_idle", "1"};
+  if (hostfile.empty()) {
+    argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"});
+  } else {
+    argv.insert(argv.end(), {"--hostfile", hostfile});
+  }
+  for (const char* var : {"LOOM_NUM_THREADS", "OMP_NUM_THREADS", "LOOM_COLLECTIVE_TIMEOUT_S", "LOOM_DIST_BACKEND"})
+    if (std::getenv(var)) argv.insert(argv.end(), {"-x", var});
+  argv.push_back(self_path());
+  argv.insert(argv.end(), command.begin(), command.end());
+
+  if (dry_run) {
+    std::string line;
+    for (const auto& s : argv) line += (line.empty() ? "" : " ") + s;
+    std::printf("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 %s\n", line.c_str());
+    return 0;
+  }
+  std::vector<char*> c_argv;
+  for (auto& s : argv) c_argv.push_back(s.data());
+  c_argv.push_back(nullptr);
+  std::fflush(stdout);
+  ::execvp(c_argv[0], c_argv.data());
+  std::fprintf(stderr, "error: cannot start '%s': %s. Install Open MPI (apt-get install openmpi-bin) or pass "
+               "--mpirun PATH\n", mpirun.c_str(), std::strerror(errno));
+  return 127;
+}
+
+}  // namespace
+
+LOOM_COMMAND("launch", "start N processes of a loom command under mpirun (distributed training)", run_launch);

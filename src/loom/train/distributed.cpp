@@ -1,0 +1,67 @@
+#include "loom/train/distributed.h"
+
+#include <algorithm>
+
+#include "loom/core/error.h"
+#include "loom/dist/sharded_checkpoint.h"
+
+namespace loom::train {
+
+void check_distributed_support(const config::TrainConfig& config, const config::ParallelLayout& layout) {
+  const auto& p = config.parallelism;
+  const std::pair<const char*, int> unsupported[] = {{"tensor_parallel", p.tensor_parallel},
+                                                     {"context_parallel", p.context_parallel},
+                                                     {"pipeline_parallel", p.pipeline_parallel},
+                                                     {"expert_parallel", p.expert_parallel}};
+  for (const auto& [field, value] : unsupported)
+    LOOM_CHECK(value == 1, ConfigError, "parallelism.", field, " is ", value,
+               ", but this build trains data-parallel layouts only (FSDP/HSDP through data_parallel_shard); set "
+               "parallelism.", field, ": 1");
+  LOOM_CHECK(config.optimizer.type != "Muon" || layout.dims.fsdp() == 1, ConfigError,
+             "optimizer.type Muon needs whole weight matrices for its Newton-Schulz step, but parallelism shards them over ",
+             layout.dims.fsdp(), " ranks (data_parallel_shard ", p.data_parallel_shard,
+             "); use AdamW, or set parallelism.data_parallel_shard: 1 to replicate the weights (plain data parallelism)");
+}
+
+dist::FsdpOptions fsdp_options(const config::ParallelismConfig& parallelism, const config::ParallelLayout& layout) {
+  dist::FsdpOptions o;
+  o.reshard_after_forward_policy = parallelism.reshard_after_forward_policy;
+  o.pipeline_parallel = layout.dims.pp() > 1;
+  o.disable_gradient_division = parallelism.disable_gradient_division;
+  o.cpu_offload = parallelism.cpu_offload;
+  return o;
+}
+
+double mean_over_ranks(dist::ProcessGroup& world, double value) {
+  return world.all_reduce_scalar(value) / static_cast<double>(world.size());
+}
+
+void max_over_ranks(dist::ProcessGroup& world, std::vector<optim::QkClipLayer>& layers) {
+  // Every rank tracked the same layers in the same order (same model, same code path).
+  std::vector<float> flat;
+  for (const auto& l : layers) flat.insert(flat.end(), l.max_logits.begin(), l.max_logits.end());
+  int64_t n = static_cast<int64_t>(flat.size());
+  LOOM_CHECK(world.all_reduce_scalar(n, dist::ReduceOp::max) == n && world.all_reduce_scalar(n, dist::ReduceOp::min) == n,
+             DistError, "QK-clip: ranks tracked different numbers of attention heads");
+  world.all_reduce(std::span<float>(flat), dist::ReduceOp::max);
+  size_t k = 0;
+  for (auto& l : layers)
+    for (float& v : l.max_logits) v = flat[k++];
+}
+
+void shard_checkpoint_contents(CheckpointContents& c, dist::FullyShardedModel* fsdp, dist::ProcessGroup& world,
+                               const std::optional<std::string>& prefix, bool remove_redundancy) {
+  std::map<std::string, Tensor> model = fsdp ? fsdp->sharded_state_dict() : c.model;
+  auto entries = dist::checkpoint_entries(fsdp, world, model, c.optimizer);
+  dist::ShardedSave s = dist::prepare_sharded_save(
+      world, entries,
+      [&prefix](bool optimizer, int rank, int world_size) {
+        return optimizer ? optimizer_file_name(prefix, rank, world_size) : model_file_name(prefix, rank, world_size);
+      },
+      remove_redundancy);
+  c.model = std::move(s.model);
+  c.optimizer = std::move(s.optimizer);
+  c.metadata = std::move(s.metadata);
+}
+
+}  // namespace loom::train
