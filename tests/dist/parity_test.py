@@ -1,0 +1,233 @@
+#!/usr/bin/python3
+"""TorchTitan-style parity of `loom train` across data-parallel layouts (semantics.md §6.3, issue 9
+item 7): fp32, training.deterministic, the same seed, data and global batch (8 samples) at every
+layout; runs go through mpirun exactly as users start them.
+
+  curves   1 process (4 micro-batches), FSDP 2 (2 micro-batches each: accumulation + DP), FSDP 4,
+           HSDP 2x2: step-1 loss identical, 20-step loss curves within 1e-5.
+  resume   a checkpoint saved at step 10 by one layout, resumed by others (1 -> 4, 4 -> 2, 4 -> 1):
+           steps 11..20 follow the uninterrupted one-process curve within 1e-5.
+  launch   `loom launch -n 2 -- train ...` trains like mpirun; layout errors end every rank quickly
+           with the message (parallel_training.md "Parallelism Configuration Limitations").
+
+usage: parity_test.py --loom PATH --mpirun PATH --case curves|resume|launch [--keep DIR]
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+MPI_FLAGS = ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include",
+             "lo", "--mca", "mpi_yield_when_idle", "1"]
+STEPS = 20
+
+CONFIG = """
+training:
+  steps: {steps}
+  local_batch_size: 2
+  global_batch_size: 8
+  max_norm: 1.0
+  seed: 1234
+  deterministic: True
+parallelism:
+  data_parallel_shard: {shard}
+optimizer:
+  type: AdamW
+  betas: [0.9, 0.95]
+  weight_decay: 0.1
+lr_scheduler:
+  type: CosineWithWarmUpLR
+  learning_rate: 3.e-3
+  warmup_steps: 3
+  lr_end: 1.e-4
+train_dataset:
+  dataloader:
+    type: BlendedMegatronDatasetDataLoader
+    datasets_type: GPTDataset
+    shuffle: False
+    config:
+      seq_length: 32
+      split: "1, 0, 0"
+      data_path: ["{data}"]
+      create_attention_mask: False
+  num_parallel_workers: 1
+model:
+  model_type: llama
+  vocab_size: 96
+  hidden_size: 40
+  intermediate_size: 72
+  num_hidden_layers: 3
+  num_attention_heads: 4
+  num_key_value_heads: 2
+  max_position_embeddings: 32
+  rms_norm_eps: 1.e-5
+  tie_word_embeddings: False
+  params_dtype: float32
+  compute_dtype: float32
+checkpoint:
+  enable_save: {save}
+  save_path: "{save_path}"
+  save_interleaved_steps: 10
+  load_path: "{load_path}"
+"""
+
+
+def write_data(prefix, vocab=96, num_tokens=60000, doc_len=512):
+    """A Megatron indexed dataset (semantics.md §5.1) of token ramps with random restarts: text with
+    structure, so the loss moves."""
+    import numpy as np
+    rng = np.random.RandomState(7)
+    tokens = []
+    while len(tokens) < num_tokens:
+        start, length = rng.randint(0, vocab), rng.randint(5, 40)
+        tokens.extend((start + np.arange(length)) % vocab)
+    tokens = np.array(tokens[:num_tokens], dtype=np.uint16)
+    lengths = [doc_len] * (num_tokens // doc_len)
+    tokens = tokens[:sum(lengths)]
+    with open(prefix + ".bin", "wb") as f:
+        f.write(tokens.tobytes())
+    pointers = np.concatenate([[0], np.cumsum(np.array(lengths[:-1], dtype=np.int64) * 2)]).astype(np.int64)
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00")
+        f.write(struct.pack("<Q", 1))
+        f.write(struct.pack("<B", 8))  # uint16
+        f.write(struct.pack("<Q", len(lengths)))
+        f.write(struct.pack("<Q", len(lengths) + 1))
+        f.write(np.array(lengths, dtype=np.int32).tobytes())
+        f.write(pointers.tobytes())
+        f.write(np.arange(len(lengths) + 1, dtype=np.int64).tobytes())
+
+
+def write_config(work, name, steps=STEPS, shard=-1, save=False, load_path="", extra=""):
+    run_dir = os.path.join(work, name)
+    config = os.path.join(work, name + ".yaml")
+    with open(config, "w") as f:
+        f.write(CONFIG.format(steps=steps, shard=shard, data=os.path.join(work, "data"), save=save,
+                              save_path=os.path.join(run_dir, "checkpoints"), load_path=load_path) + extra)
+    return config, run_dir
+
+
+ENV = dict(os.environ, LOOM_NUM_THREADS="1", OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", LOOM_COLLECTIVE_TIMEOUT_S="60")
+
+
+def run(args, work, name, world, shard=-1, steps=STEPS, save=False, load_path="", launch=False):
+    config, run_dir = write_config(work, name, steps, shard, save, load_path)
+    cmd = [args.loom, "train", "--config", config, "--output", run_dir]
+    if launch:
+        cmd = [args.loom, "launch", "-n", str(world), "--mpirun", args.mpirun, "--threads", "1", "--"] + cmd[1:]
+    elif world > 1:
+        cmd = [args.mpirun, "-np", str(world)] + MPI_FLAGS + cmd
+    t0 = time.time()
+    p = subprocess.run(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    if p.returncode != 0:
+        print(p.stdout)
+        raise SystemExit("FAIL: %s exited with %d" % (name, p.returncode))
+    losses = {}
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            row = json.loads(line)
+            losses[row["step"]] = row["loss"]
+    print("%-24s %d process(es) %5.1fs  first loss %.9f  last %.9f" % (name, world, time.time() - t0, losses[min(losses)],
+                                                                          losses[max(losses)]))
+    return losses, run_dir
+
+
+def compare(name, got, ref, tol, first=1):
+    worst = 0.0
+    for step in range(first, STEPS + 1):
+        if step not in got:
+            raise SystemExit("FAIL: %s has no loss for step %d" % (name, step))
+        worst = max(worst, abs(got[step] - ref[step]))
+    status = "ok" if worst <= tol else "FAIL"
+    print("  %-40s max |loss - one process| over steps %d..%d = %.3g (tolerance %g) %s" % (name, first, STEPS, worst,
+                                                                                          tol, status))
+    if worst > tol:
+        raise SystemExit("FAIL: %s diverges from the one-process curve" % name)
+
+
+def curves(args, work):
+    ref, _ = run(args, work, "one_process", 1)
+    layouts = [("fsdp2_accumulating", 2, -1), ("fsdp4", 4, -1), ("hsdp_2x2", 4, 2)]
+    for name, world, shard in layouts:
+        got, _ = run(args, work, name, world, shard)
+        # Step 1 depends on the initial weights and the data only: every layout must agree exactly.
+        if got[1] != ref[1]:
+            raise SystemExit("FAIL: %s step-1 loss %.17g differs from one process %.17g" % (name, got[1], ref[1]))
+        print("  %-40s step-1 loss identical (%.17g)" % (name, got[1]))
+        compare(name, got, ref, 1e-5)
+
+
+def resume(args, work):
+    ref, one_dir = run(args, work, "one_process_saving", 1, save=True)
+    # one process -> four
+    got, _ = run(args, work, "resume_1_to_4", 4, load_path=os.path.join(one_dir, "checkpoints", "iteration_00000010"))
+    compare("saved by 1, resumed by 4", got, ref, 1e-5, first=11)
+    # four -> two and -> one (the four-process run's own curve must also match)
+    four, four_dir = run(args, work, "fsdp4_saving", 4, save=True)
+    compare("fsdp4 (saving)", four, ref, 1e-5)
+    with open(os.path.join(four_dir, "checkpoints", "iteration_00000010", "metadata.json")) as f:
+        meta = json.load(f)
+    if "decoder.layers.0.mlp.linear_fc1.weight" not in meta["state_dict_metadata"]:
+        raise SystemExit("FAIL: metadata.json lacks the parameters")
+    for world in (2, 1):
+        got, _ = run(args, work, "resume_4_to_%d" % world, world, load_path=os.path.join(four_dir, "checkpoints", "iteration_00000010"))
+        compare("saved by 4, resumed by %d" % world, got, ref, 1e-5, first=11)
+
+
+def launch(args, work):
+    ref, _ = run(args, work, "one_process", 1)
+    got, run_dir = run(args, work, "loom_launch_2", 2, launch=True)
+    compare("loom launch -n 2", got, ref, 1e-5)
+    with open(os.path.join(run_dir, "train.log")) as f:
+        log = f.read()
+    if "(2 processes)" not in log:
+        raise SystemExit("FAIL: train.log does not show a 2-process run")
+    # Layout errors: every rank exits non-zero at once, with the message naming the field.
+    cases = [("batch_too_small", "local_batch_size: 2", "local_batch_size: 8", "global_batch_size"),
+             ("tensor_parallel", "data_parallel_shard: -1", "data_parallel_shard: -1\n  tensor_parallel: 2",
+              "parallelism.tensor_parallel is 2")]
+    world = 2
+    for name, old, new, expected in cases:
+        config, run_dir = write_config(work, name)
+        with open(config) as f:
+            text = f.read().replace(old, new)
+        with open(config, "w") as f:
+            f.write(text)
+        t0 = time.time()
+        p = subprocess.run([args.mpirun, "-np", str(world)] + MPI_FLAGS + [args.loom, "train", "--config", config,
+                                                                           "--output", run_dir],
+                           env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        took = time.time() - t0
+        if p.returncode == 0 or expected not in p.stdout or took > 20:
+            print(p.stdout)
+            raise SystemExit("FAIL: %s: exit %d after %.1fs; expected non-zero with '%s'" % (name, p.returncode, took,
+                                                                                           expected))
+        print("  %-40s every rank exited (code %d, %.1fs) with '%s'" % (name, p.returncode, took, expected))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--loom", required=True)
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--case", choices=["curves", "resume", "launch"], required=True)
+    ap.add_argument("--keep", default="")
+    args = ap.parse_args()
+    work = args.keep or tempfile.mkdtemp(prefix="loom-parity-")
+    os.makedirs(work, exist_ok=True)
+    try:
+        write_data(os.path.join(work, "data"))
+        {"curves": curves, "resume": resume, "launch": launch}[args.case](args, work)
+        print("PASS")
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
