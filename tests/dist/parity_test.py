@@ -4,7 +4,8 @@ item 7): fp32, training.deterministic, the same seed, data and global batch (8 s
 layout; runs go through mpirun exactly as users start them.
 
   curves   1 process (4 micro-batches), FSDP 2 (2 micro-batches each: accumulation + DP), FSDP 4,
-           HSDP 2x2: step-1 loss identical, 20-step loss curves within 1e-5.
+           HSDP 2x2, FSDP 2 with reshard_after_forward never and cpu_offload: step-1 loss identical,
+           20-step loss curves within 1e-5.
   resume   a checkpoint saved at step 10 by one layout, resumed by others (1 -> 4, 4 -> 2, 4 -> 1):
            steps 11..20 follow the uninterrupted one-process curve within 1e-5.
   launch   `loom launch -n 2 -- train ...` trains like mpirun; layout errors end every rank quickly
@@ -35,7 +36,7 @@ training:
   seed: 1234
   deterministic: True
 parallelism:
-  data_parallel_shard: {shard}
+  data_parallel_shard: {shard}{parallel_extra}
 optimizer:
   type: AdamW
   betas: [0.9, 0.95]
@@ -103,12 +104,13 @@ def write_data(prefix, vocab=96, num_tokens=60000, doc_len=512):
         f.write(np.arange(len(lengths) + 1, dtype=np.int64).tobytes())
 
 
-def write_config(work, name, steps=STEPS, shard=-1, save=False, load_path="", extra=""):
+def write_config(work, name, steps=STEPS, shard=-1, save=False, load_path="", parallel_extra=""):
     run_dir = os.path.join(work, name)
     config = os.path.join(work, name + ".yaml")
     with open(config, "w") as f:
         f.write(CONFIG.format(steps=steps, shard=shard, data=os.path.join(work, "data"), save=save,
-                              save_path=os.path.join(run_dir, "checkpoints"), load_path=load_path) + extra)
+                              save_path=os.path.join(run_dir, "checkpoints"), load_path=load_path,
+                              parallel_extra=parallel_extra))
     return config, run_dir
 
 
@@ -116,8 +118,8 @@ ENV = dict(os.environ, LOOM_NUM_THREADS="1", OMP_NUM_THREADS="1", OMPI_ALLOW_RUN
            OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", LOOM_COLLECTIVE_TIMEOUT_S="60")
 
 
-def run(args, work, name, world, shard=-1, steps=STEPS, save=False, load_path="", launch=False):
-    config, run_dir = write_config(work, name, steps, shard, save, load_path)
+def run(args, work, name, world, shard=-1, steps=STEPS, save=False, load_path="", launch=False, parallel_extra=""):
+    config, run_dir = write_config(work, name, steps, shard, save, load_path, parallel_extra)
     cmd = [args.loom, "train", "--config", config, "--output", run_dir]
     if launch:
         cmd = [args.loom, "launch", "-n", str(world), "--mpirun", args.mpirun, "--threads", "1", "--"] + cmd[1:]
@@ -153,9 +155,11 @@ def compare(name, got, ref, tol, first=1):
 
 def curves(args, work):
     ref, _ = run(args, work, "one_process", 1)
-    layouts = [("fsdp2_accumulating", 2, -1), ("fsdp4", 4, -1), ("hsdp_2x2", 4, 2)]
-    for name, world, shard in layouts:
-        got, _ = run(args, work, name, world, shard)
+    never_offload = "\n  reshard_after_forward_policy: never\n  cpu_offload: True"
+    layouts = [("fsdp2_accumulating", 2, -1, ""), ("fsdp4", 4, -1, ""), ("hsdp_2x2", 4, 2, ""),
+               ("fsdp2_never_cpu_offload", 2, -1, never_offload)]
+    for name, world, shard, extra in layouts:
+        got, _ = run(args, work, name, world, shard, parallel_extra=extra)
         # Step 1 depends on the initial weights and the data only: every layout must agree exactly.
         if got[1] != ref[1]:
             raise SystemExit("FAIL: %s step-1 loss %.17g differs from one process %.17g" % (name, got[1], ref[1]))

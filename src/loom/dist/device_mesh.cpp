@@ -83,6 +83,7 @@ CommStats DeviceMesh::total_stats() const {
     total.bytes_sent += s.bytes_sent;
     total.bytes_received += s.bytes_received;
     total.num_collectives += s.num_collectives;
+    total.seconds += s.seconds;
   }
   return total;
 }

@@ -1,6 +1,7 @@
 #include "loom/dist/process_group.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <limits>
 
@@ -23,6 +24,17 @@ bool is_comm_dtype(DType d) {
 }
 
 namespace {
+
+// Adds the scope's wall time to a stats field.
+class Timed {
+ public:
+  explicit Timed(double& total) : total_(total), t0_(std::chrono::steady_clock::now()) {}
+  ~Timed() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point t0_;
+};
 
 template <typename T, typename Acc>
 void reduce_typed(const std::vector<const void*>& srcs, void* dst, int64_t count, ReduceOp op) {
@@ -121,6 +133,7 @@ void ProcessGroup::run_all_reduce(void* data, int64_t count, DType dtype, Reduce
   if (size() == 1 || count == 0) return;
   LOOM_TRACE("comm", "all_reduce");
   CollectiveScope scope("all_reduce", axis_, size());
+  Timed timed(stats_.seconds);
   ++stats_.num_collectives;
   do_all_reduce(data, count, dtype, op);
 }
@@ -136,6 +149,7 @@ void ProcessGroup::run_reduce_scatter(const void* input, int64_t in_count, void*
   }
   LOOM_TRACE("comm", "reduce_scatter");
   CollectiveScope scope("reduce_scatter", axis_, size());
+  Timed timed(stats_.seconds);
   ++stats_.num_collectives;
   do_reduce_scatter(input, output, out_count, dtype, op);
 }
@@ -150,6 +164,7 @@ void ProcessGroup::run_all_gather(const void* input, int64_t in_count, void* out
   }
   LOOM_TRACE("comm", "all_gather");
   CollectiveScope scope("all_gather", axis_, size());
+  Timed timed(stats_.seconds);
   ++stats_.num_collectives;
   do_all_gather(input, output, in_count, dtype);
 }
@@ -176,6 +191,7 @@ void ProcessGroup::run_all_to_all_v(const void* input, int64_t in_count, const s
   }
   LOOM_TRACE("comm", "all_to_all_v");
   CollectiveScope scope("all_to_all_v", axis_, size());
+  Timed timed(stats_.seconds);
   ++stats_.num_collectives;
   do_all_to_all_v(input, send_counts, output, recv_counts, dtype);
 }
@@ -201,6 +217,7 @@ void ProcessGroup::run_broadcast(void* data, int64_t count, DType dtype, int roo
   if (size() == 1 || count == 0) return;
   LOOM_TRACE("comm", "broadcast");
   CollectiveScope scope("broadcast", axis_, size());
+  Timed timed(stats_.seconds);
   ++stats_.num_collectives;
   do_broadcast(data, count, dtype, root);
 }
@@ -208,6 +225,7 @@ void ProcessGroup::run_broadcast(void* data, int64_t count, DType dtype, int roo
 void ProcessGroup::barrier() {
   if (size() == 1) return;
   CollectiveScope scope("barrier", axis_, size());
+  Timed timed(stats_.seconds);
   do_barrier();
 }
 

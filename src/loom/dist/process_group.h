@@ -40,6 +40,7 @@ struct CommStats {
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
   int64_t num_collectives = 0;
+  double seconds = 0;  // wall time inside collectives (waiting for peers included)
 };
 
 class ProcessGroup {
