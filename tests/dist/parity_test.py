@@ -8,10 +8,11 @@ layout; runs go through mpirun exactly as users start them.
            20-step loss curves within 1e-5.
   resume   a checkpoint saved at step 10 by one layout, resumed by others (1 -> 4, 4 -> 2, 4 -> 1):
            steps 11..20 follow the uninterrupted one-process curve within 1e-5.
+  moe      DeepSeek-V3 style MoE + MLA + MTP with the expert-bias update: 1 process vs FSDP 2 and 4.
   launch   `loom launch -n 2 -- train ...` trains like mpirun; layout errors end every rank quickly
            with the message (parallel_training.md "Parallelism Configuration Limitations").
 
-usage: parity_test.py --loom PATH --mpirun PATH --case curves|resume|launch [--keep DIR]
+usage: parity_test.py --loom PATH --mpirun PATH --case curves|resume|launch|moe [--keep DIR]
 """
 import argparse
 import json
@@ -58,19 +59,7 @@ train_dataset:
       create_attention_mask: False
   num_parallel_workers: 1
 model:
-  model_type: llama
-  vocab_size: 96
-  hidden_size: 40
-  intermediate_size: 72
-  num_hidden_layers: 3
-  num_attention_heads: 4
-  num_key_value_heads: 2
-  max_position_embeddings: 32
-  rms_norm_eps: 1.e-5
-  tie_word_embeddings: False
-  params_dtype: float32
-  compute_dtype: float32
-checkpoint:
+{model}checkpoint:
   enable_save: {save}
   save_path: "{save_path}"
   save_interleaved_steps: 10
@@ -104,22 +93,67 @@ def write_data(prefix, vocab=96, num_tokens=60000, doc_len=512):
         f.write(np.arange(len(lengths) + 1, dtype=np.int64).tobytes())
 
 
-def write_config(work, name, steps=STEPS, shard=-1, save=False, load_path="", parallel_extra=""):
+def write_config(work, name, steps=STEPS, shard=-1, save=False, load_path="", parallel_extra="", model=None):
     run_dir = os.path.join(work, name)
     config = os.path.join(work, name + ".yaml")
     with open(config, "w") as f:
         f.write(CONFIG.format(steps=steps, shard=shard, data=os.path.join(work, "data"), save=save,
                               save_path=os.path.join(run_dir, "checkpoints"), load_path=load_path,
-                              parallel_extra=parallel_extra))
+                              parallel_extra=parallel_extra, model=model or LLAMA))
     return config, run_dir
 
+
+LLAMA = """  model_type: llama
+  vocab_size: 96
+  hidden_size: 40
+  intermediate_size: 72
+  num_hidden_layers: 3
+  num_attention_heads: 4
+  num_key_value_heads: 2
+  max_position_embeddings: 32
+  rms_norm_eps: 1.e-5
+  tie_word_embeddings: False
+  params_dtype: float32
+  compute_dtype: float32
+"""
+
+# MoE with the aux-loss-free expert bias (routing counts summed over ranks), a sequence balance
+# loss and an MTP layer (injected losses scaled by sense / A), MLA.
+DEEPSEEK = """  model_type: deepseek_v3
+  vocab_size: 96
+  hidden_size: 32
+  num_hidden_layers: 2
+  num_attention_heads: 2
+  intermediate_size: 48
+  moe_intermediate_size: 16
+  n_routed_experts: 4
+  num_experts_per_tok: 2
+  n_group: 2
+  topk_group: 1
+  n_shared_experts: 1
+  first_k_dense_replace: 1
+  routed_scaling_factor: 2.5
+  q_lora_rank: 16
+  kv_lora_rank: 12
+  qk_nope_head_dim: 8
+  qk_pos_emb_head_dim: 4
+  v_head_dim: 8
+  num_nextn_predict_layers: 1
+  mtp_loss_scaling_factor: 0.3
+  moe_router_load_balancing_type: seq_aux_loss
+  moe_aux_loss_coeff: 0.001
+  max_position_embeddings: 32
+  params_dtype: float32
+  compute_dtype: float32
+"""
 
 ENV = dict(os.environ, LOOM_NUM_THREADS="1", OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
            OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", LOOM_COLLECTIVE_TIMEOUT_S="60")
 
 
-def run(args, work, name, world, shard=-1, steps=STEPS, save=False, load_path="", launch=False, parallel_extra=""):
-    config, run_dir = write_config(work, name, steps, shard, save, load_path, parallel_extra)
+def run(args, work, name, world, shard=-1, steps=STEPS, save=False, load_path="", launch=False, parallel_extra="",
+        model=None):
+    config, run_dir = write_config(work, name, steps, shard, save, load_path, parallel_extra, model)
     cmd = [args.loom, "train", "--config", config, "--output", run_dir]
     if launch:
         cmd = [args.loom, "launch", "-n", str(world), "--mpirun", args.mpirun, "--threads", "1", "--"] + cmd[1:]
@@ -165,6 +199,15 @@ def curves(args, work):
             raise SystemExit("FAIL: %s step-1 loss %.17g differs from one process %.17g" % (name, got[1], ref[1]))
         print("  %-40s step-1 loss identical (%.17g)" % (name, got[1]))
         compare(name, got, ref, 1e-5)
+
+
+def moe(args, work):
+    ref, _ = run(args, work, "moe_one_process", 1, model=DEEPSEEK)
+    for world in (2, 4):
+        got, _ = run(args, work, "moe_fsdp%d" % world, world, model=DEEPSEEK)
+        if got[1] != ref[1]:
+            raise SystemExit("FAIL: MoE fsdp%d step-1 loss %.17g differs from one process %.17g" % (world, got[1], ref[1]))
+        compare("MoE/MLA/MTP fsdp%d" % world, got, ref, 1e-5)
 
 
 def resume(args, work):
@@ -219,14 +262,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--loom", required=True)
     ap.add_argument("--mpirun", default="mpirun")
-    ap.add_argument("--case", choices=["curves", "resume", "launch"], required=True)
+    ap.add_argument("--case", choices=["curves", "resume", "launch", "moe"], required=True)
     ap.add_argument("--keep", default="")
     args = ap.parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="loom-parity-")
     os.makedirs(work, exist_ok=True)
     try:
         write_data(os.path.join(work, "data"))
-        {"curves": curves, "resume": resume, "launch": launch}[args.case](args, work)
+        {"curves": curves, "resume": resume, "launch": launch, "moe": moe}[args.case](args, work)
         print("PASS")
     finally:
         if not args.keep:
