@@ -110,45 +110,45 @@ Tensor SwapManager::fetch(const std::shared_ptr<Handle>& handle) {
 }
 
 void SwapManager::on_first_use(int64_t layer) {
-  int64_t target = layer - prefetch_;
+  const int64_t target = layer - prefetch_;
+  std::vector<std::shared_ptr<Handle>> batch;
+  std::vector<std::shared_ptr<std::promise<Tensor>>> promises;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (started_[layer]) return;
     started_[layer] = true;
-    // Drop prefetches that finished long ago.
     std::erase_if(pending_, [](std::future<void>& f) {
       return !f.valid() || f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
     });
-  }
-  // The first layer of backward also brings back the layers between it and its prefetch target.
-  for (int64_t l = target; l < layer; ++l) {
-    if (l < 0) continue;
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = handles_.find(l);
-    if (it == handles_.end() || it->second.empty()) continue;
-    pending_.push_back(std::async(std::launch::async, [self = shared_from_this(), l] { self->prefetch_layer(l); }));
-  }
-}
-
-void SwapManager::prefetch_layer(int64_t layer) {
-  LOOM_TRACE("swap", "prefetch layer " + std::to_string(layer));
-  std::vector<std::shared_ptr<Handle>> live;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& w : handles_[layer])
-      if (auto h = w.lock()) live.push_back(h);
-    handles_[layer].clear();
-  }
-  for (auto& h : live) {
-    std::promise<Tensor> p;
-    {
-      std::lock_guard<std::mutex> lock(h->mutex);
-      if (h->has_prefetch) continue;
-      h->prefetched = p.get_future().share();
-      h->has_prefetch = true;
+    // The first layer of backward also brings back the layers between it and its prefetch target.
+    for (int64_t l = std::max<int64_t>(target, 0); l < layer; ++l) {
+      auto it = handles_.find(l);
+      if (it == handles_.end()) continue;
+      for (auto& w : it->second)
+        if (auto h = w.lock()) batch.push_back(h);
+      it->second.clear();
     }
-    p.set_value(copy_to_device(h->host));
   }
+  if (batch.empty()) return;
+  // Claim every handle now (a future it can wait on), so backward never copies one twice; the
+  // copies themselves run on a background thread.
+  for (auto& h : batch) {
+    auto p = std::make_shared<std::promise<Tensor>>();
+    std::lock_guard<std::mutex> lock(h->mutex);
+    if (h->has_prefetch) {
+      promises.push_back(nullptr);
+      continue;
+    }
+    h->prefetched = p->get_future().share();
+    h->has_prefetch = true;
+    promises.push_back(p);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  pending_.push_back(std::async(std::launch::async, [batch, promises, target] {
+    LOOM_TRACE("swap", "prefetch from layer " + std::to_string(target));
+    for (size_t i = 0; i < batch.size(); ++i)
+      if (promises[i]) promises[i]->set_value(copy_to_device(batch[i]->host));
+  }));
 }
 
 }  // namespace loom::memory

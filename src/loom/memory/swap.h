@@ -41,7 +41,6 @@ class SwapManager : public std::enable_shared_from_this<SwapManager> {
   void register_handle(int64_t layer, const std::shared_ptr<Handle>& handle);
   Tensor fetch(const std::shared_ptr<Handle>& handle);
   void on_first_use(int64_t layer);
-  void prefetch_layer(int64_t layer);
 
   int64_t prefetch_;
   std::unordered_set<const Storage*> keep_;
