@@ -90,6 +90,34 @@ void Optimizer::allocate_state() {
   }
 }
 
+void Optimizer::relocate_state(CachingAllocator& pool) {
+  auto move = [&pool](Tensor& flat) {
+    Tensor moved = Tensor::empty_in_pool(flat.shape(), flat.dtype(), pool);
+    moved.copy_(flat);
+    flat = moved;
+  };
+  move(flat_masters_);
+  move(flat_exp_avg_);
+  move(flat_exp_avg_sq_);
+  move(flat_momentum_);
+  int64_t off_master = 0, off_m = 0, off_v = 0, off_mu = 0;
+  for (auto& s : params_) {
+    const Shape& shape = s.param.shape();
+    if (s.has_own_master()) s.master = carve(flat_masters_, off_master, shape);
+    if (s.rule == UpdateRule::adamw) {
+      s.exp_avg = carve(flat_exp_avg_, off_m, shape);
+      s.exp_avg_sq = carve(flat_exp_avg_sq_, off_v, shape);
+    } else {
+      s.momentum = carve(flat_momentum_, off_mu, shape);
+    }
+  }
+}
+
+int64_t Optimizer::state_bytes() const {
+  return static_cast<int64_t>(flat_masters_.nbytes() + flat_exp_avg_.nbytes() + flat_exp_avg_sq_.nbytes() +
+                              flat_momentum_.nbytes());
+}
+
 void Optimizer::set_lr_scheduler(std::shared_ptr<const LrScheduler> scheduler) {
   scheduler_ = std::move(scheduler);
 }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/allocator.h"
 #include "loom/optim/lr_scheduler.h"
 #include "loom/optim/named_param.h"
 
@@ -71,6 +72,12 @@ class Optimizer {
   // Masters <- model params (the reference's path when a checkpoint is loaded without optimizer
   // state, `no_load_optim`).
   void refresh_masters_from_params();
+  // Moves the persistent state (fp32 masters of bf16/f16 params, adam_m/v, muon_m) into `pool`,
+  // values kept (FSDP cpu_offload puts it in loom::host_pool()). Views handed out earlier by
+  // state_dict() keep the old buffers.
+  void relocate_state(CachingAllocator& pool);
+  // Bytes of that state.
+  int64_t state_bytes() const;
 
  protected:
   explicit Optimizer(double learning_rate) : learning_rate_(learning_rate) {}

@@ -140,6 +140,8 @@ void Trainer::build() {
   context.model_no_decay = model_->no_weight_decay();
   optimizer_ = optim::build_optimizer(optimizer_json(config_.optimizer), params, context);
   optimizer_->set_lr_scheduler(scheduler_);
+  // cpu_offload: the sharded optimizer state joins the sharded params and grads in the host pool.
+  if (fsdp_ && config_.parallelism.cpu_offload) optimizer_->relocate_state(host_pool());
   if (auto* muon = dynamic_cast<optim::Muon*>(optimizer_.get())) model_->set_track_max_logits(muon->options().qk_clip_enabled);
 
   // Checkpoints, metrics, profiler, callbacks.

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "../dist_test_util.h"
+#include "loom/core/allocator.h"
 #include "loom/dist/fsdp.h"
 #include "loom/dist/runtime.h"
 #include "loom/optim/adamw.h"
@@ -176,6 +177,32 @@ TEST(FsdpMpi, AdamWOnShardsTracksTheFullModel) {
   auto plain = s.plain.model->state_dict();
   for (auto& [name, shard] : s.fsdp->sharded_state_dict())
     compare(shard, rows_of(plain.at(name), *s.fsdp->placement(name)), 0, name + " after 3 AdamW steps");
+}
+
+TEST(FsdpMpi, CpuOffloadKeepsShardsAndOptimizerStateInTheHostPool) {
+  // spec parallel_training.md §1.3 cpu_offload: sharded params, grads and optimizer state leave
+  // device memory; training is unchanged.
+  FsdpOptions o;
+  o.cpu_offload = true;
+  const int64_t host_before = host_pool().stats().current_bytes;
+  Trained off = make_trained(testing::dist_tiny_llama(), -1, o);
+  Trained on = make_trained(testing::dist_tiny_llama(), -1);
+  optim::NamedParams a, b;
+  for (auto& [name, t] : off.fsdp->sharded_parameters()) a.push_back({name, t});
+  for (auto& [name, t] : on.fsdp->sharded_parameters()) b.push_back({name, t});
+  optim::AdamW opt_off(a, {}), opt_on(b, {});
+  opt_off.relocate_state(host_pool());
+  const FsdpMemory m = off.fsdp->memory();
+  EXPECT_GE(host_pool().stats().current_bytes - host_before,
+            m.sharded_param_bytes + m.sharded_grad_bytes + opt_off.state_bytes());
+  EXPECT_GT(opt_off.state_bytes(), 0);
+  for (int64_t step = 0; step < 2; ++step) {
+    EXPECT_EQ(fsdp_step(off, 1, step), fsdp_step(on, 1, step));
+    opt_off.step();
+    opt_on.step();
+  }
+  auto x = off.fsdp->sharded_state_dict(), y = on.fsdp->sharded_state_dict();
+  for (auto& [name, t] : x) compare(t, y.at(name), 0, name + " with cpu_offload");
 }
 
 TEST(FsdpMpi, ShardedMemoryIsAFractionOfTheModel) {
