@@ -147,9 +147,6 @@ inline float exp_shift_sum(float* x, int64_t n, float shift) {
 #endif
 }
 
-// x[i] = exp(x[i] - shift) in place (no sum).
-inline void exp_shift(float* x, int64_t n, float shift) { (void)exp_shift_sum(x, n, shift); }
-
 // x[i] *= a
 inline void scale_row(float* x, int64_t n, float a) {
   int64_t i = 0;
