@@ -68,6 +68,7 @@ nn::LMBatch random_batch(int64_t vocab, int64_t B, int64_t S, uint64_t index) {
 
 int run(int argc, char** argv, dist::Runtime& rt) {
   std::string size_name = "a", policy = "default";
+  bool force_fsdp = false;  // FSDP machinery even on one process (its copies without communication)
   int steps = 8, warmup = 2;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -76,6 +77,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     else if (a == "--steps") steps = std::stoi(next());
     else if (a == "--warmup") warmup = std::stoi(next());
     else if (a == "--reshard") policy = next();
+    else if (a == "--fsdp") force_fsdp = true;
     else LOOM_THROW(ValueError, "unknown option ", a, "; use --size a|b --steps N --warmup N --reshard always|never");
   }
   apply_thread_env();
@@ -94,7 +96,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     full_param_bytes += p->global_shape.numel() * 4;
     if (name.rfind("decoder.layers.", 0) == 0) layer_param_bytes += p->global_shape.numel() * 4;
   }
-  if (n > 1) {
+  if (n > 1 || force_fsdp) {
     mesh = std::make_shared<dist::DeviceMesh>(rt.world(), dist::ParallelDims::infer(n, dist::ParallelDegrees{}));
     dist::FsdpOptions o;
     o.reshard_after_forward_policy = policy;

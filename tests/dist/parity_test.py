@@ -228,6 +228,12 @@ def resume(args, work):
 
 
 def launch(args, work):
+    dry = subprocess.run([args.loom, "launch", "-n", "3", "--dry-run", "--", "train", "--config", "x.yaml"],
+                         env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+    for needed in ("OMPI_ALLOW_RUN_AS_ROOT=1", "-np 3", "--oversubscribe", "btl_tcp_if_include lo", "train --config x.yaml"):
+        if dry.returncode != 0 or needed not in dry.stdout:
+            raise SystemExit("FAIL: loom launch --dry-run printed %r; expected %r in it" % (dry.stdout, needed))
+    print("  loom launch --dry-run: " + dry.stdout.strip())
     ref, _ = run(args, work, "one_process", 1)
     got, run_dir = run(args, work, "loom_launch_2", 2, launch=True)
     compare("loom launch -n 2", got, ref, 1e-5)
