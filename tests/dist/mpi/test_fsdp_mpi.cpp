@@ -12,6 +12,7 @@
 #include "loom/dist/fsdp.h"
 #include "loom/dist/runtime.h"
 #include "loom/optim/adamw.h"
+#include "loom/optim/grad_norm.h"
 
 namespace loom::dist {
 namespace {
@@ -99,6 +100,42 @@ TEST(FsdpMpi, PureFsdpStepEqualsOneProcessBitForBit) {
     if (n <= 2) EXPECT_EQ(loss, ref_loss);
     else EXPECT_NEAR(loss, ref_loss, 1e-6);  // mean of n floats: exact sums, order may round differently
     check_grads(s, ref, 0);
+  }
+}
+
+TEST(FsdpMpi, Bf16ParametersGatherInBf16AndReduceFp32MainGrads) {
+  // Mixed precision (DESIGN.md): bf16 parameters travel as bf16, grads are fp32 main grads.
+  Json section = testing::dist_tiny_llama();
+  section["params_dtype"] = "bfloat16";
+  Trained s = make_trained(section, -1);
+  const int n = Runtime::get()->world_size();
+  std::map<std::string, Tensor> ref;
+  testing::reference_step(*s.plain.model, s.vocab, 2, 5, 0, n, &ref);
+  fsdp_step(s, 1);
+  for (auto& [name, shard] : s.fsdp->sharded_parameters()) {
+    EXPECT_EQ(shard.dtype(), DType::bf16) << name;
+    EXPECT_EQ(shard.grad().dtype(), DType::f32) << name;
+  }
+  check_grads(s, ref, 0);
+}
+
+TEST(FsdpMpi, GradNormWithReplicaFactorsEqualsOneProcess) {
+  // semantics.md §1.2: Σ_p Σg²/replica_factor(p) summed over the world, then sqrt.
+  for (int shard : {-1, 2}) {
+    if (shard == 2 && Runtime::get()->world_size() != 4) continue;
+    Trained s = make_trained(testing::dist_tiny_llama(), shard);
+    const int n = Runtime::get()->world_size();
+    std::map<std::string, Tensor> ref;
+    testing::reference_step(*s.plain.model, s.vocab, 2, 5, 0, n, &ref);
+    fsdp_step(s, 1);
+    optim::NamedParams full, shards;
+    for (auto& [name, p] : s.plain.model->named_parameters()) full.push_back({name, p->tensor});
+    for (auto& [name, t] : s.fsdp->sharded_parameters()) shards.push_back({name, t});
+    const double want = optim::global_grad_norm(full);
+    const double got = optim::global_grad_norm(
+        shards, [&](const optim::NamedParam& p) { return static_cast<double>(s.fsdp->replica_factor(p.name)); },
+        [&](double v) { return s.fsdp->mesh().world().all_reduce_scalar(v); });
+    EXPECT_NEAR(got, want, 1e-6 * want) << "data_parallel_shard " << shard;
   }
 }
 
