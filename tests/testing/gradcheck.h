@@ -43,8 +43,11 @@ inline double loss_value(const OpFn& f, const std::vector<Tensor>& inputs, const
 // Returns the largest error seen (and records a gtest failure above tol).
 inline double gradcheck(const OpFn& f, std::vector<Tensor> inputs, double tol = 1e-6,
                         double eps = 1e-6, const std::string& what = "") {
-  for (auto& x : inputs)
-    if (x.defined()) EXPECT_EQ(x.dtype(), DType::f64) << "gradcheck inputs must be float64";
+  for (auto& x : inputs) {
+    if (x.defined()) {
+      EXPECT_EQ(x.dtype(), DType::f64) << "gradcheck inputs must be float64";
+    }
+  }
   // Analytic grads.
   std::vector<Tensor> ys = f(inputs);
   std::vector<Tensor> weights;
