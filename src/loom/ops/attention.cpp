@@ -1,5 +1,6 @@
 #include "loom/ops/attention.h"
 
+#include "loom/core/trace.h"
 #include <cmath>
 
 #include "loom/autograd/function.h"
@@ -64,6 +65,7 @@ void check_inputs(const Tensor& q, const Tensor& kt, const Tensor& v, const Atte
 
 Tensor attention(const Tensor& q, const Tensor& kt, const Tensor& v, const AttentionOptions& opt,
                  Tensor* max_logits) {
+  LOOM_TRACE("op", "attention");
   check_inputs(q, kt, v, opt, max_logits);
   const double scale = opt.softmax_scale != 0 ? opt.softmax_scale : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   k::AttentionMask mask{opt.causal, opt.q_offset, opt.doc_ends};

@@ -1,5 +1,6 @@
 #include "loom/ops/elementwise.h"
 
+#include "loom/core/trace.h"
 #include "loom/autograd/function.h"
 #include "loom/kernels/cpu/elementwise.h"
 #include "loom/kernels/cpu/reduce.h"
@@ -20,6 +21,7 @@ Tensor reduce_to(const Tensor& g, const Shape& shape) { return k::sum_to_shape(g
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  LOOM_TRACE("op", "add");
   Tensor out = k::binary(k::BinaryOp::add, a, b, "add");
   const Shape sa = a.shape(), sb = b.shape();
   record("add", {&a, &b}, {&out}, {}, [sa, sb](const Grads& g, const BackwardContext& ctx) -> Grads {
@@ -30,6 +32,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
+  LOOM_TRACE("op", "sub");
   Tensor out = k::binary(k::BinaryOp::sub, a, b, "sub");
   const Shape sa = a.shape(), sb = b.shape();
   record("sub", {&a, &b}, {&out}, {}, [sa, sb](const Grads& g, const BackwardContext& ctx) -> Grads {
@@ -40,6 +43,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  LOOM_TRACE("op", "mul");
   Tensor out = k::binary(k::BinaryOp::mul, a, b, "mul");
   const Shape sa = a.shape(), sb = b.shape();
   record("mul", {&a, &b}, {&out}, {a, b}, [sa, sb](const Grads& g, const BackwardContext& ctx) -> Grads {
@@ -52,6 +56,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  LOOM_TRACE("op", "div");
   Tensor out = k::binary(k::BinaryOp::div, a, b, "div");
   const Shape sa = a.shape(), sb = b.shape();
   record("div", {&a, &b}, {&out}, {a, b}, [sa, sb](const Grads& g, const BackwardContext& ctx) -> Grads {
@@ -70,6 +75,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor scale(const Tensor& a, double s) {
+  LOOM_TRACE("op", "scale");
   Tensor out = k::affine(a, s, 0.0);
   record("scale", {&a}, {&out}, {}, [s](const Grads& g, const BackwardContext&) -> Grads {
     return {k::affine(g[0], s, 0.0)};
@@ -78,6 +84,7 @@ Tensor scale(const Tensor& a, double s) {
 }
 
 Tensor add_scalar(const Tensor& a, double s) {
+  LOOM_TRACE("op", "add_scalar");
   Tensor out = k::affine(a, 1.0, s);
   record("add_scalar", {&a}, {&out}, {}, [](const Grads& g, const BackwardContext&) -> Grads {
     return {g[0]};
@@ -88,6 +95,7 @@ Tensor add_scalar(const Tensor& a, double s) {
 Tensor neg(const Tensor& a) { return scale(a, -1.0); }
 
 Tensor exp(const Tensor& a) {
+  LOOM_TRACE("op", "exp");
   Tensor out = k::unary(k::UnaryOp::exp, a, "exp");
   record("exp", {&a}, {&out}, {out}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
     return {k::binary(k::BinaryOp::mul, g[0], ctx.saved(0), "exp_backward")};
@@ -96,6 +104,7 @@ Tensor exp(const Tensor& a) {
 }
 
 Tensor log(const Tensor& a) {
+  LOOM_TRACE("op", "log");
   Tensor out = k::unary(k::UnaryOp::log, a, "log");
   record("log", {&a}, {&out}, {a}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
     return {k::binary(k::BinaryOp::div, g[0], ctx.saved(0), "log_backward")};
@@ -104,6 +113,7 @@ Tensor log(const Tensor& a) {
 }
 
 Tensor sqrt(const Tensor& a) {
+  LOOM_TRACE("op", "sqrt");
   Tensor out = k::unary(k::UnaryOp::sqrt, a, "sqrt");
   record("sqrt", {&a}, {&out}, {out}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
     // d sqrt(a) = g / (2 sqrt(a))
@@ -113,6 +123,7 @@ Tensor sqrt(const Tensor& a) {
 }
 
 Tensor square(const Tensor& a) {
+  LOOM_TRACE("op", "square");
   Tensor out = k::unary(k::UnaryOp::square, a, "square");
   record("square", {&a}, {&out}, {a}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
     return {k::affine(k::binary(k::BinaryOp::mul, g[0], ctx.saved(0), "square_backward"), 2.0, 0.0)};
@@ -121,6 +132,7 @@ Tensor square(const Tensor& a) {
 }
 
 Tensor sigmoid(const Tensor& a) {
+  LOOM_TRACE("op", "sigmoid");
   Tensor out = k::unary(k::UnaryOp::sigmoid, a, "sigmoid");
   record("sigmoid", {&a}, {&out}, {out}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
     return {k::sigmoid_backward(g[0].contiguous(), ctx.saved(0))};
@@ -129,6 +141,7 @@ Tensor sigmoid(const Tensor& a) {
 }
 
 Tensor silu(const Tensor& a) {
+  LOOM_TRACE("op", "silu");
   Tensor out = k::unary(k::UnaryOp::silu, a, "silu");
   record("silu", {&a}, {&out}, {a}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
     return {k::silu_backward(g[0], ctx.saved(0))};
@@ -137,6 +150,7 @@ Tensor silu(const Tensor& a) {
 }
 
 Tensor tanh(const Tensor& a) {
+  LOOM_TRACE("op", "tanh");
   Tensor out = k::unary(k::UnaryOp::tanh, a, "tanh");
   record("tanh", {&a}, {&out}, {out}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
     Tensor y = ctx.saved(0);
@@ -147,6 +161,7 @@ Tensor tanh(const Tensor& a) {
 }
 
 Tensor gelu(const Tensor& a, bool tanh_approx) {
+  LOOM_TRACE("op", "gelu");
   Tensor out = k::gelu(a, tanh_approx);
   record("gelu", {&a}, {&out}, {a}, [tanh_approx](const Grads& g, const BackwardContext& ctx) -> Grads {
     return {k::gelu_backward(g[0], ctx.saved(0), tanh_approx)};
@@ -155,6 +170,7 @@ Tensor gelu(const Tensor& a, bool tanh_approx) {
 }
 
 Tensor swiglu(const Tensor& gate, const Tensor& up) {
+  LOOM_TRACE("op", "swiglu");
   Tensor out = k::swiglu(gate, up);
   record("swiglu", {&gate, &up}, {&out}, {gate, up}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
     Tensor dg, du;
@@ -165,6 +181,7 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
 }
 
 Tensor swiglu_packed(const Tensor& h) {
+  LOOM_TRACE("op", "swiglu");
   Tensor out = k::swiglu_packed(h);
   record("swiglu", {&h}, {&out}, {h}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
     return {k::swiglu_packed_backward(g[0], ctx.saved(0))};
@@ -173,6 +190,7 @@ Tensor swiglu_packed(const Tensor& h) {
 }
 
 Tensor cast(const Tensor& a, DType dtype) {
+  LOOM_TRACE("op", "cast");
   if (a.dtype() == dtype) return a;
   Tensor out = a.to(dtype);
   const DType from = a.dtype();

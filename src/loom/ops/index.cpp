@@ -1,5 +1,6 @@
 #include "loom/ops/index.h"
 
+#include "loom/core/trace.h"
 #include "loom/autograd/function.h"
 #include "loom/kernels/cpu/index.h"
 
@@ -11,6 +12,7 @@ using autograd::record;
 using Grads = std::vector<Tensor>;
 
 Tensor embedding(const Tensor& ids, const Tensor& weight) {
+  LOOM_TRACE("op", "embedding");
   Tensor out = k::embedding(ids, weight);
   const int64_t V = weight.shape()[0];
   const DType grad_dtype = weight.dtype() == DType::f64 ? DType::f64 : DType::f32;
@@ -21,6 +23,7 @@ Tensor embedding(const Tensor& ids, const Tensor& weight) {
 }
 
 Tensor gather(const Tensor& x, int dim, const Tensor& index) {
+  LOOM_TRACE("op", "gather");
   Tensor out = k::gather(x, dim, index);
   const Shape in = x.shape();
   const DType dt = x.dtype();
@@ -31,6 +34,7 @@ Tensor gather(const Tensor& x, int dim, const Tensor& index) {
 }
 
 Tensor scatter(const Tensor& x, int dim, const Tensor& index, const Tensor& src, bool accumulate) {
+  LOOM_TRACE("op", "scatter");
   Tensor out = k::scatter(x, dim, index, src, accumulate);
   record("scatter", {&x, &src}, {&out}, {index}, [dim, accumulate](const Grads& g, const BackwardContext& ctx) -> Grads {
     Grads r(2);
@@ -46,6 +50,7 @@ Tensor scatter(const Tensor& x, int dim, const Tensor& index, const Tensor& src,
 }
 
 Tensor index_select(const Tensor& x, int dim, const Tensor& index) {
+  LOOM_TRACE("op", "index_select");
   Tensor out = k::index_select(x, dim, index);
   const Shape in = x.shape();
   const DType dt = x.dtype();
@@ -56,6 +61,7 @@ Tensor index_select(const Tensor& x, int dim, const Tensor& index) {
 }
 
 Tensor index_add(const Tensor& x, int dim, const Tensor& index, const Tensor& src) {
+  LOOM_TRACE("op", "index_add");
   Tensor out = k::index_add(x, dim, index, src);
   record("index_add", {&x, &src}, {&out}, {index}, [dim](const Grads& g, const BackwardContext& ctx) -> Grads {
     Grads r(2);
@@ -67,6 +73,7 @@ Tensor index_add(const Tensor& x, int dim, const Tensor& index, const Tensor& sr
 }
 
 std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t kk) {
+  LOOM_TRACE("op", "topk");
   Tensor values, indices;
   k::topk(x, kk, values, indices);
   const Shape in = x.shape();

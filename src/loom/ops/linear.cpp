@@ -1,5 +1,6 @@
 #include "loom/ops/linear.h"
 
+#include "loom/core/trace.h"
 #include "loom/autograd/function.h"
 #include "loom/kernels/cpu/gemm.h"
 #include "loom/kernels/cpu/reduce.h"
@@ -19,6 +20,7 @@ DType wgrad_dtype(DType weight) {
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  LOOM_TRACE("op", "linear");
   LOOM_CHECK(w.dim() == 2, ShapeError, "linear: weight must be 2-D [out, in], got ", w.shape().str());
   LOOM_CHECK(x.dim() >= 1 && x.shape()[x.dim() - 1] == w.shape()[1], ShapeError,
              "linear: input ", x.shape().str(), " has last dim ", x.dim() ? x.shape()[x.dim() - 1] : 0,
@@ -58,6 +60,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  LOOM_TRACE("op", "bmm");
   LOOM_CHECK(a.dim() == 3 && b.dim() == 3, ShapeError, "bmm: operands must be 3-D, got ",
              a.shape().str(), " and ", b.shape().str());
   check_same_dtype(a, b, "bmm");
@@ -94,6 +97,7 @@ Tensor bmm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  LOOM_TRACE("op", "matmul");
   LOOM_CHECK(a.dim() >= 2 && b.dim() >= 2, ShapeError, "matmul: operands must be at least 2-D, got ",
              a.shape().str(), " and ", b.shape().str());
   if (b.dim() == 2) {

@@ -1,5 +1,6 @@
 #include "loom/ops/loss.h"
 
+#include "loom/core/trace.h"
 #include "loom/autograd/function.h"
 #include "loom/autograd/node.h"
 #include "loom/kernels/cpu/cross_entropy.h"
@@ -37,6 +38,7 @@ void check_labels_shape(const char* op, const Tensor& input, const Tensor& label
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_mask,
                      int64_t ignore_index) {
+  LOOM_TRACE("op", "cross_entropy");
   check_floating(logits, "cross_entropy", "logits");
   check_device_supported(logits.device(), "cross_entropy");
   LOOM_CHECK(logits.dim() >= 1, ShapeError, "cross_entropy: logits must be [..., vocab], got a scalar");
@@ -61,6 +63,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& l
 Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
                             const Tensor& loss_mask, int64_t ignore_index, int64_t chunk_tokens,
                             bool grads_in_forward) {
+  LOOM_TRACE("op", "linear_cross_entropy");
   const char* op = "linear_cross_entropy";
   check_floating(hidden, op, "hidden");
   check_device_supported(hidden.device(), op);

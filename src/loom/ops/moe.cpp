@@ -1,5 +1,6 @@
 #include "loom/ops/moe.h"
 
+#include "loom/core/trace.h"
 #include "loom/autograd/function.h"
 #include "loom/kernels/cpu/index.h"
 #include "loom/kernels/cpu/moe.h"
@@ -12,6 +13,7 @@ using autograd::record;
 using Grads = std::vector<Tensor>;
 
 MoePermutation moe_permute(const Tensor& x, const Tensor& expert_ids, int64_t num_experts) {
+  LOOM_TRACE("op", "moe_permute");
   check_floating(x, "moe_permute", "x");
   check_device_supported(x.device(), "moe_permute");
   LOOM_CHECK(x.dim() == 2, ShapeError, "moe_permute: x must be [tokens, hidden], got ", x.shape().str());
@@ -31,6 +33,7 @@ MoePermutation moe_permute(const Tensor& x, const Tensor& expert_ids, int64_t nu
 }
 
 Tensor moe_unpermute(const Tensor& y, const Tensor& row_map, const Tensor& weights) {
+  LOOM_TRACE("op", "moe_unpermute");
   check_floating(y, "moe_unpermute", "y");
   check_device_supported(y.device(), "moe_unpermute");
   if (weights.defined()) check_floating(weights, "moe_unpermute", "weights");
@@ -48,6 +51,7 @@ Tensor moe_unpermute(const Tensor& y, const Tensor& row_map, const Tensor& weigh
 }
 
 Tensor grouped_gemm(const Tensor& x, const Tensor& w, const Tensor& tokens_per_expert, bool trans_w) {
+  LOOM_TRACE("op", "grouped_gemm");
   const char* op = "grouped_gemm";
   check_floating(x, op, "x");
   check_same_dtype(x, w, op);

@@ -1,5 +1,6 @@
 #include "loom/ops/norm.h"
 
+#include "loom/core/trace.h"
 #include "loom/autograd/function.h"
 #include "loom/kernels/cpu/norm.h"
 #include "loom/ops/elementwise.h"
@@ -64,6 +65,7 @@ void check_compute_dtype(DType compute, const char* op) {
 }  // namespace
 
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps, DType compute_dtype) {
+  LOOM_TRACE("op", "rms_norm");
   check_compute_dtype(compute_dtype, "rms_norm");
   if (!is_reduced(compute_dtype) || x.dtype() == DType::f64)
     return rms_norm_fused(x, weight, eps, compute_dtype);
@@ -74,6 +76,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps, DType compute
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                   DType compute_dtype) {
+  LOOM_TRACE("op", "layer_norm");
   check_compute_dtype(compute_dtype, "layer_norm");
   if (!is_reduced(compute_dtype) || x.dtype() == DType::f64)
     return layer_norm_fused(x, weight, bias, eps, compute_dtype);

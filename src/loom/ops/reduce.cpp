@@ -1,5 +1,6 @@
 #include "loom/ops/reduce.h"
 
+#include "loom/core/trace.h"
 #include "loom/autograd/function.h"
 #include "loom/kernels/cpu/elementwise.h"
 #include "loom/kernels/cpu/reduce.h"
@@ -41,10 +42,12 @@ Tensor reduce_op(const Tensor& x, const std::vector<int>& dims, bool keepdim, do
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim) {
+  LOOM_TRACE("op", "sum");
   return reduce_op(x, dims, keepdim, 1.0, "sum");
 }
 
 Tensor mean(const Tensor& x, const std::vector<int>& dims, bool keepdim) {
+  LOOM_TRACE("op", "mean");
   int64_t count = 1;
   if (dims.empty()) count = x.numel();
   else for (int d : dims) count *= x.shape()[normalize_dim(d, x.dim(), "mean")];

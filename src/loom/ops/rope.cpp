@@ -1,5 +1,6 @@
 #include "loom/ops/rope.h"
 
+#include "loom/core/trace.h"
 #include <algorithm>
 #include <cmath>
 #include <numbers>
@@ -110,6 +111,7 @@ RopeTable make_rope_table(int64_t rotary_dim, int64_t max_positions, double thet
 }
 
 Tensor rope(const Tensor& x, const RopeTable& table, const Tensor& position_ids, bool interleaved) {
+  LOOM_TRACE("op", "rope");
   LOOM_CHECK(table.cos.defined(), ValueError, "rope: the table is empty; build it with make_rope_table");
   LOOM_CHECK(x.dim() == 4, ShapeError, "rope: x must be [batch, seq, heads, head_dim], got ",
              x.shape().str());

@@ -1,5 +1,6 @@
 #include "loom/ops/shape.h"
 
+#include "loom/core/trace.h"
 #include "loom/autograd/function.h"
 #include "loom/kernels/cpu/reduce.h"
 
@@ -92,6 +93,7 @@ Tensor squeeze(const Tensor& x, int dim) {
 }
 
 Tensor contiguous(const Tensor& x) {
+  LOOM_TRACE("op", "contiguous");
   if (x.is_contiguous()) return x;
   Tensor out = x.clone();
   record("contiguous", {&x}, {&out}, {}, [](const Grads& g, const BackwardContext&) -> Grads {
@@ -115,6 +117,7 @@ Tensor flatten(const Tensor& x, int start_dim, int end_dim) {
 }
 
 Tensor cat(const std::vector<Tensor>& xs, int dim) {
+  LOOM_TRACE("op", "cat");
   LOOM_CHECK(!xs.empty(), ValueError, "cat: needs at least one tensor");
   const Tensor& first = xs[0];
   const int d = normalize_dim(dim, first.dim(), "cat");
@@ -155,6 +158,7 @@ Tensor cat(const std::vector<Tensor>& xs, int dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int dim) {
+  LOOM_TRACE("op", "split");
   const int d = normalize_dim(dim, x.dim(), "split");
   int64_t total = 0;
   for (int64_t s : sizes) {

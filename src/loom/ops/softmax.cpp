@@ -1,5 +1,6 @@
 #include "loom/ops/softmax.h"
 
+#include "loom/core/trace.h"
 #include "loom/autograd/function.h"
 #include "loom/kernels/cpu/softmax.h"
 
@@ -12,6 +13,7 @@ using Grads = std::vector<Tensor>;
 namespace {
 
 Tensor softmax_impl(const Tensor& x, int dim, bool log) {
+  LOOM_TRACE("op", log ? "log_softmax" : "softmax");
   const int d = normalize_dim(dim, x.dim(), log ? "log_softmax" : "softmax");
   const int last = x.dim() - 1;
   // Kernels work on the last dim; other dims are moved there and back.
