@@ -1,0 +1,58 @@
+// The callbacks list: registered types built with their keyword arguments; an unknown type lists
+// the registered names. (spec configuration.md "callbacks"; issue 7 item 6.)
+#include <gtest/gtest.h>
+
+#include "loom/train/builtin_callbacks.h"
+#include "trainer_fixture.h"
+
+using namespace loom;
+namespace lt = loom::testing;
+
+TEST(Callbacks, RegistryBuildsKnownTypesAndNamesTheOthers) {
+  train::register_builtin_callbacks();
+  auto& r = train::CallbackRegistry::instance();
+  EXPECT_TRUE(r.contains("LossCallback"));
+  EXPECT_TRUE(r.contains("TokensPerExpertLogger"));
+  auto cb = r.create("LossCallback", {{"log_interval", 10}}, "callbacks[0]");
+  EXPECT_EQ(cb->name(), "LossCallback");
+  try {
+    r.create("MyCustomCallback", {}, "callbacks[1]");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("callbacks[1].type: unknown callback type 'MyCustomCallback'; registered "
+                                         "callbacks are: LossCallback, TokensPerExpertLogger"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(r.create("LossCallback", {{"log_intervall", 10}}, "callbacks[0]"), ConfigError);
+  EXPECT_THROW(r.create("LossCallback", {{"log_interval", 0}}, "callbacks[0]"), ConfigError);
+}
+
+TEST(Callbacks, UserCallbacksAreBuiltFromTheConfigAndCalled) {
+  struct Counting : train::Callback {
+    int* steps;
+    explicit Counting(int* s) : steps(s) {}
+    std::string name() const override { return "Counting"; }
+    void on_step_end(train::CallbackContext& ctx) override {
+      ++*steps;
+      ctx.metrics->extra["counted"] = *steps;
+    }
+  };
+  static int steps = 0;
+  train::CallbackRegistry::instance().add("CountingCallback", [](const nlohmann::ordered_json&) {
+    return std::make_unique<Counting>(&steps);
+  });
+  lt::TempDir dir;
+  auto data = lt::write_pattern_dataset(dir);
+  train::Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 3, 2, 2, "checkpoint:\n  enable_save: False\ncallbacks:\n  - type: CountingCallback\n")),
+                   train::build_causal_lm, lt::quiet_options(dir.file("run")));
+  t.train();
+  EXPECT_EQ(steps, 3);
+  try {
+    train::Trainer bad(lt::tiny_config(lt::tiny_config_yaml(data, 3, 2, 2, "callbacks:\n  - type: Nope\n")),
+                       train::build_causal_lm, lt::quiet_options(dir.file("bad")));
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown callback type 'Nope'"), std::string::npos) << e.what();
+  }
+}
