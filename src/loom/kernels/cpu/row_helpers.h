@@ -1,7 +1,6 @@
 // Helpers for kernels that work one contiguous row at a time (norms, RoPE, cross-entropy, MoE):
 // conversions between a storage type and the compute type, and row reductions.
-// The bf16 conversions are written so the compiler vectorises them: a shift to widen, integer
-// round-to-nearest-even to narrow (the same rounding as loom::bf16). The fp32 reductions keep four
+// bf16/f16 conversions are vec.h's. The fp32 reductions keep four
 // independent vector accumulators (AVX2), so a row sum is not one chain of dependent FMAs (a
 // single accumulator waits on the FMA latency every step); they are folded in a fixed order, so
 // the result depends on the row only. Other types use plain loops.
@@ -14,6 +13,7 @@
 #include <type_traits>
 
 #include "loom/core/scalar_cast.h"
+#include "loom/kernels/cpu/vec.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -24,10 +24,8 @@ namespace loom::kernels::cpu {
 
 template <typename C, typename T>
 inline void widen_row(const T* src, C* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, bf16> && std::is_same_v<C, float>) {
-    const uint16_t* u = reinterpret_cast<const uint16_t*>(src);
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(static_cast<uint32_t>(u[i]) << 16);
+  if constexpr ((std::is_same_v<T, bf16> || std::is_same_v<T, f16>) && std::is_same_v<C, float>) {
+    vec::widen_row(src, dst, n);
   } else {
     for (int64_t i = 0; i < n; ++i) dst[i] = cast_scalar<C>(src[i]);
   }
@@ -35,14 +33,8 @@ inline void widen_row(const T* src, C* dst, int64_t n) {
 
 template <typename T, typename C>
 inline void narrow_row(const C* src, T* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, bf16> && std::is_same_v<C, float>) {
-    uint16_t* u = reinterpret_cast<uint16_t*>(dst);
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      const uint32_t b = std::bit_cast<uint32_t>(src[i]);
-      const uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
-      u[i] = static_cast<uint16_t>((b & 0x7fffffffu) > 0x7f800000u ? ((b >> 16) | 0x40u) : rounded);
-    }
+  if constexpr ((std::is_same_v<T, bf16> || std::is_same_v<T, f16>) && std::is_same_v<C, float>) {
+    vec::narrow_row(src, dst, n);
   } else {
     for (int64_t i = 0; i < n; ++i) dst[i] = cast_scalar<T>(src[i]);
   }
@@ -80,18 +72,8 @@ inline void finish_row(const C* computed, T* dst, int64_t n) {
 
 #ifdef LOOM_ROW_AVX2
 namespace detail {
-inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
-inline float hmax8(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
-  return _mm_cvtss_f32(m);
-}
+using vec::hmax8;
+using vec::hsum8;
 // Σ f(load(a + i), load(b + i)) with four accumulators; f is an FMA-shaped combiner.
 template <typename Fma>
 inline float reduce4(const float* a, const float* b, int64_t n, int64_t& i, Fma&& fma) {
