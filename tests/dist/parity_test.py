@@ -4,8 +4,8 @@ item 7): fp32, training.deterministic, the same seed, data and global batch (8 s
 layout; runs go through mpirun exactly as users start them.
 
   curves   1 process (4 micro-batches), FSDP 2 (2 micro-batches each: accumulation + DP), FSDP 4,
-           HSDP 2x2, FSDP 2 with reshard_after_forward never and cpu_offload: step-1 loss identical,
-           20-step loss curves within 1e-5.
+           HSDP 2x2, FSDP 2 with reshard_after_forward never and cpu_offload, FSDP 2 under full
+           recompute, FSDP 2 with layer swap: step-1 loss identical, 20-step loss curves within 1e-5.
   resume   a checkpoint saved at step 10 by one layout, resumed by others (1 -> 4, 4 -> 2, 4 -> 1):
            steps 11..20 follow the uninterrupted one-process curve within 1e-5.
   moe      DeepSeek-V3 style MoE + MLA + MTP with the expert-bias update: 1 process vs FSDP 2 and 4.
@@ -59,7 +59,7 @@ train_dataset:
       create_attention_mask: False
   num_parallel_workers: 1
 model:
-{model}checkpoint:
+{model}{sections}checkpoint:
   enable_save: {save}
   save_path: "{save_path}"
   save_interleaved_steps: 10
@@ -93,13 +93,14 @@ def write_data(prefix, vocab=96, num_tokens=60000, doc_len=512):
         f.write(np.arange(len(lengths) + 1, dtype=np.int64).tobytes())
 
 
-def write_config(work, name, steps=STEPS, shard=-1, save=False, load_path="", parallel_extra="", model=None):
+def write_config(work, name, steps=STEPS, shard=-1, save=False, load_path="", parallel_extra="", model=None,
+                 sections=""):
     run_dir = os.path.join(work, name)
     config = os.path.join(work, name + ".yaml")
     with open(config, "w") as f:
         f.write(CONFIG.format(steps=steps, shard=shard, data=os.path.join(work, "data"), save=save,
                               save_path=os.path.join(run_dir, "checkpoints"), load_path=load_path,
-                              parallel_extra=parallel_extra, model=model or LLAMA))
+                              parallel_extra=parallel_extra, model=model or LLAMA, sections=sections))
     return config, run_dir
 
 
@@ -152,8 +153,8 @@ ENV = dict(os.environ, LOOM_NUM_THREADS="1", OMP_NUM_THREADS="1", OMPI_ALLOW_RUN
 
 
 def run(args, work, name, world, shard=-1, steps=STEPS, save=False, load_path="", launch=False, parallel_extra="",
-        model=None):
-    config, run_dir = write_config(work, name, steps, shard, save, load_path, parallel_extra, model)
+        model=None, sections=""):
+    config, run_dir = write_config(work, name, steps, shard, save, load_path, parallel_extra, model, sections)
     cmd = [args.loom, "train", "--config", config, "--output", run_dir]
     if launch:
         cmd = [args.loom, "launch", "-n", str(world), "--mpirun", args.mpirun, "--threads", "1", "--"] + cmd[1:]
@@ -190,10 +191,13 @@ def compare(name, got, ref, tol, first=1):
 def curves(args, work):
     ref, _ = run(args, work, "one_process", 1)
     never_offload = "\n  reshard_after_forward_policy: never\n  cpu_offload: True"
-    layouts = [("fsdp2_accumulating", 2, -1, ""), ("fsdp4", 4, -1, ""), ("hsdp_2x2", 4, 2, ""),
-               ("fsdp2_never_cpu_offload", 2, -1, never_offload)]
-    for name, world, shard, extra in layouts:
-        got, _ = run(args, work, name, world, shard, parallel_extra=extra)
+    recompute = 'recompute:\n  mode: full\n  full_recompute_layer: ["0-2"]\n'
+    swap = 'swap:\n  enable: True\n  default_prefetch: 1\n  layer_swap:\n    - layers: ["0-1"]\n'
+    layouts = [("fsdp2_accumulating", 2, -1, "", ""), ("fsdp4", 4, -1, "", ""), ("hsdp_2x2", 4, 2, "", ""),
+               ("fsdp2_never_cpu_offload", 2, -1, never_offload, ""), ("fsdp2_full_recompute", 2, -1, "", recompute),
+               ("fsdp2_layer_swap", 2, -1, "", swap)]
+    for name, world, shard, extra, sections in layouts:
+        got, _ = run(args, work, name, world, shard, parallel_extra=extra, sections=sections)
         # Step 1 depends on the initial weights and the data only: every layout must agree exactly.
         if got[1] != ref[1]:
             raise SystemExit("FAIL: %s step-1 loss %.17g differs from one process %.17g" % (name, got[1], ref[1]))
