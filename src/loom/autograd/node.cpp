@@ -11,6 +11,27 @@ std::atomic<uint64_t> g_next_sequence_nr{0};
 
 Node::Node() : sequence_nr(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
 
+namespace {
+// Nodes whose last owner is being destroyed, waiting to be released by the outermost ~Node.
+thread_local std::vector<std::shared_ptr<Node>>* t_graveyard = nullptr;
+}  // namespace
+
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> local;
+  const bool outermost = t_graveyard == nullptr;
+  if (outermost) t_graveyard = &local;
+  for (Edge& e : next_edges)
+    if (e.node) t_graveyard->push_back(std::move(e.node));  // released below, not recursively
+  next_edges.clear();
+  if (!outermost) return;
+  while (!local.empty()) {
+    std::shared_ptr<Node> n = std::move(local.back());
+    local.pop_back();
+    n.reset();  // may run ~Node, which appends that node's children to `local`
+  }
+  t_graveyard = nullptr;
+}
+
 AccumulateGrad::AccumulateGrad(Tensor leaf) : leaf_(std::move(leaf)) {
   next_edges.clear();
 }

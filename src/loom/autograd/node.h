@@ -26,7 +26,9 @@ struct Edge {
 class Node : public std::enable_shared_from_this<Node> {
  public:
   Node();
-  virtual ~Node() = default;
+  // Releases the graph behind this node iteratively: a 100,000-node chain would otherwise be
+  // freed by 100,000 nested destructor calls and overflow the stack.
+  virtual ~Node();
 
   // grad_outputs[i] is the grad of forward output i (undefined = zero grad). Returns one tensor
   // per next edge (undefined where no grad flows).

@@ -27,7 +27,10 @@ NoSavedTensorHooksGuard::~NoSavedTensorHooksGuard() { stack_.swap(t_hooks); }
 SavedTensor::SavedTensor(const Tensor& tensor, const char* op) {
   if (!tensor.defined()) return;
   defined_ = true;
-  Tensor plain = tensor.has_autograd_meta() ? tensor.detach() : tensor;
+  // Always a fresh handle without autograd state: an op often saves its own output before
+  // record() attaches the node to it, and sharing that TensorImpl would make node → saved
+  // tensor → autograd meta → node a reference cycle that never frees.
+  Tensor plain = tensor.detach();
   hooks_ = current_saved_tensor_hooks();
   if (hooks_) {
     packed_ = hooks_->pack(plain, op);
