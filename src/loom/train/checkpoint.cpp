@@ -1,14 +1,19 @@
 #include "loom/train/checkpoint.h"
 
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "loom/core/log.h"
+#include "loom/core/parallel.h"
 #include "loom/core/trace.h"
 #include "loom/models/safetensors.h"
 
@@ -70,6 +75,17 @@ bool is_iteration_dir(const fs::path& dir) {
   for (auto& e : fs::directory_iterator(dir))
     if (e.path().extension() == ".safetensors") return true;
   return false;
+}
+
+// A copy of `t` made with every thread (the snapshot is on the training thread's critical path).
+Tensor snapshot(const Tensor& t) {
+  Tensor src = t.contiguous();
+  Tensor out = Tensor::empty(src.shape(), src.dtype(), src.device());
+  const auto* from = static_cast<const char*>(src.raw_data());
+  auto* to = static_cast<char*>(out.raw_data());
+  const int64_t bytes = static_cast<int64_t>(src.nbytes());
+  parallel_for(0, bytes, int64_t{1} << 20, [&](int64_t b, int64_t e) { std::memcpy(to + b, from + b, e - b); });
+  return out;
 }
 
 }  // namespace
@@ -145,6 +161,14 @@ void CheckpointManager::wait() {
   }
 }
 
+void CheckpointManager::prepare_async(const CheckpointContents& like) {
+  if (!options_.async_save || !options_.enable_save) return;
+  LOOM_TRACE("io", "checkpoint snapshot buffers");
+  std::vector<Tensor> buffers;
+  for (const auto& [n, t] : like.model) buffers.push_back(snapshot(t));
+  for (const auto& [n, t] : like.optimizer) buffers.push_back(snapshot(t));
+}
+
 void CheckpointManager::save(CheckpointContents contents) {
   LOOM_CHECK(!options_.save_path.empty(), ConfigError,
              "checkpoint.save_path is empty: set it to a directory, or set checkpoint.enable_save: False");
@@ -156,10 +180,16 @@ void CheckpointManager::save(CheckpointContents contents) {
   {
     LOOM_TRACE("io", "checkpoint snapshot");
     // Training goes on updating these tensors in place: the writer gets its own copies.
-    for (auto& [n, t] : contents.model) t = t.clone();
-    for (auto& [n, t] : contents.optimizer) t = t.clone();
+    for (auto& [n, t] : contents.model) t = snapshot(t);
+    for (auto& [n, t] : contents.optimizer) t = snapshot(t);
   }
   writer_ = std::thread([this, c = std::move(contents)]() mutable {
+    // The writer must not take cores from the compute threads: every OpenMP region of the step
+    // waits for its slowest thread, so a writer at equal priority stalls training far more than
+    // its own CPU time. As an idle-class thread it runs only when a core has nothing else to do.
+    sched_param idle{};
+    if (::sched_setscheduler(0, SCHED_IDLE, &idle) != 0)  // Linux: applies to this thread
+      setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
     try {
       write(c);
     } catch (...) {

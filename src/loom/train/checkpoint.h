@@ -107,6 +107,9 @@ class CheckpointManager {
   void save(CheckpointContents contents);
   // Blocks until a pending asynchronous save is on disk; rethrows its error.
   void wait();
+  // With async_save: allocates and touches the snapshot buffers once (they stay in the caching
+  // allocator), so the first save's snapshot costs a copy, not a few hundred thousand page faults.
+  void prepare_async(const CheckpointContents& like);
 
   // Reads the checkpoint at load_path (this rank's files). HF folders are read by `load_hf`
   // (given by the caller, which knows the model's naming) and need load_optimizer == false.

@@ -66,6 +66,7 @@ void MetricsWriter::write(const StepMetrics& m) {
                                 {"tokens_per_s", number(m.tokens_per_s)},
                                 {"mfu", number(m.mfu)},
                                 {"step_time_s", number(m.step_time_s)},
+                                {"time_s", number(m.time_s)},
                                 {"mem_current_bytes", m.mem_current_bytes},
                                 {"mem_peak_bytes", m.mem_peak_bytes}};
     if (m.skipped) j["skipped"] = true;

@@ -21,6 +21,7 @@ struct StepMetrics {
   int64_t consumed_samples = 0;
   int64_t global_batch_size = 0;
   double step_time_s = 0;
+  double time_s = 0;             // wall time since the run started, at the end of this step
   double tokens_per_s = 0;       // all ranks together
   double mfu = 0;                // fraction of the peak FLOP/s of the processes used
   double tflops_per_device = 0;  // the reference's "throughput" column (T = TFLOP/s per device)

@@ -188,6 +188,7 @@ void Trainer::build() {
   }
 
   if (!c.load_path.empty()) resume(c.load_path);
+  checkpoints_->prepare_async(checkpoint_contents());
   log::info("model: ", model_->module().num_parameters(), " parameters, ", model_->num_layers(), " layers; ",
             state_.num_accumulation_steps, " micro-batch", state_.num_accumulation_steps > 1 ? "es" : "",
             " of ", training.local_batch_size, " × ", seq_length_, " tokens per step; peak ",
@@ -435,6 +436,7 @@ TrainSummary Trainer::train() {
     m.mem_current_bytes = mem.current_bytes;
     m.mem_peak_bytes = mem.peak_bytes;
     const double elapsed = seconds_since(run_start);
+    m.time_s = elapsed;
     m.eta_s = elapsed / static_cast<double>(steps_this_run) * static_cast<double>(max_steps - state_.global_step);
     if (steps_this_run == 1) summary.first_loss = m.loss;
     summary.last_loss = m.loss;
