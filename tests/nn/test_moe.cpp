@@ -86,7 +86,9 @@ TEST(NnMoe, KDistinctExpertsPerTokenAndNormalisedScaledWeights) {
     double weakest = 1e9;
     for (int k = 0; k < 3; ++k) weakest = std::min(weakest, s[t * 8 + idx[t * 3 + k]]);
     for (int64_t e = 0; e < 8; ++e)
-      if (!chosen.count(e)) EXPECT_LE(s[t * 8 + e], weakest);
+      if (!chosen.count(e)) {
+        EXPECT_LE(s[t * 8 + e], weakest);
+      }
   }
   // Softmax router without renormalisation (Qwen3-MoE norm_topk_prob false): w = softmax score.
   c.score_function = ScoreFunction::softmax;

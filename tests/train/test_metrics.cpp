@@ -52,7 +52,9 @@ TEST(Metrics, JsonlHasOneObjectPerStepWithTheRequiredKeys) {
                           "mem_current_bytes", "mem_peak_bytes"})
       EXPECT_TRUE(j.contains(k)) << k;
     ++n;
-    if (n == 2) EXPECT_EQ(j["loss"], "nan");  // non-finite values stay visible and the line parseable
+    if (n == 2) {
+      EXPECT_EQ(j["loss"], "nan");  // non-finite values stay visible and the line parseable
+    }
   }
   EXPECT_EQ(n, 2);
 }

@@ -74,7 +74,9 @@ TEST(Collectives, Bf16SumsAccumulateInFp32) {
   g.all_reduce(std::span<bf16>(v));
   const float expected = round_to_bf16(1.0f + static_cast<float>(n - 1) * 0.00390625f);
   for (const bf16& x : v) EXPECT_EQ(static_cast<float>(x), expected);
-  if (n >= 3) EXPECT_GT(expected, 1.0f);
+  if (n >= 3) {
+    EXPECT_GT(expected, 1.0f);
+  }
 }
 
 template <typename T>
@@ -232,8 +234,9 @@ TEST(Collectives, TensorOverloadsAndScalars) {
 TEST(Collectives, MismatchedSizesAreErrorsOnEveryRank) {
   ProcessGroup& g = world();
   std::vector<float> in(5), out(2);
-  if (g.size() * 2 != 5)
+  if (g.size() * 2 != 5) {
     EXPECT_THROW(g.reduce_scatter(std::span<const float>(in), std::span<float>(out)), ShapeError);
+  }
   Tensor f16 = Tensor::zeros({4}, DType::f16);
   EXPECT_THROW(g.all_reduce(f16), DTypeError);
   try {
