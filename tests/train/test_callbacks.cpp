@@ -2,6 +2,10 @@
 // the registered names. (spec configuration.md "callbacks"; issue 7 item 6.)
 #include <gtest/gtest.h>
 
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "loom/train/builtin_callbacks.h"
 #include "trainer_fixture.h"
 
@@ -54,5 +58,37 @@ TEST(Callbacks, UserCallbacksAreBuiltFromTheConfigAndCalled) {
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("unknown callback type 'Nope'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Callbacks, MonitorWritesLocalLossAndSelectedParameterNorms) {
+  // monitor.train_state.local_loss / local_norm (spec configuration.md "monitor").
+  lt::TempDir dir;
+  auto data = lt::write_pattern_dataset(dir);
+  const std::string monitor =
+      "checkpoint:\n  enable_save: False\nmonitor:\n  train_state:\n    local_loss: True\n"
+      "    local_norm: ['*final_layernorm*', 'output_layer.weight']\n";
+  train::Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 2, monitor)), train::build_causal_lm,
+                   lt::quiet_options(dir.file("run")));
+  t.train();
+  std::ifstream in(dir.file("run/metrics.jsonl"));
+  std::string line;
+  std::getline(in, line);
+  auto j = nlohmann::json::parse(line);
+  EXPECT_EQ(j["local_loss"], j["loss"]);
+  EXPECT_GT(j["local_norm/decoder.final_layernorm.weight"].get<double>(), 0.0);
+  EXPECT_GT(j["local_norm/output_layer.weight"].get<double>(), 0.0);
+  EXPECT_FALSE(j.contains("local_norm/embedding.word_embeddings.weight"));
+}
+
+TEST(Callbacks, LoraConfigIsRejectedClearly) {
+  lt::TempDir dir;
+  auto data = lt::write_pattern_dataset(dir);
+  try {
+    train::Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 2, "lora_config:\n  target_modules: '.*linear_q'\n")),
+                     train::build_causal_lm, lt::quiet_options(dir.file("run")));
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("LoRA fine-tuning is not supported by Loom yet"), std::string::npos);
   }
 }

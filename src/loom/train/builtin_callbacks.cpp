@@ -1,6 +1,10 @@
 #include "loom/train/builtin_callbacks.h"
 
+#include <cmath>
+
 #include "loom/core/log.h"
+#include "loom/optim/grad_norm.h"
+#include "loom/optim/param_groups.h"
 #include "loom/train/trainer.h"
 
 namespace loom::train {
@@ -42,8 +46,21 @@ class MonitorCallback : public Callback {
                                         static_cast<double>(counts[e]), ctx.metrics->step);
       }
     }
-    if (t.config().monitor.train_state.local_loss)
-      t.metrics_writer().add_scalar("local_loss", ctx.metrics->loss, ctx.metrics->step);
+    const auto& ts = t.config().monitor.train_state;
+    if (ts.local_loss) t.metrics_writer().add_scalar("local_loss", ctx.metrics->loss, ctx.metrics->step);
+    // local_norm: the grad norm of each selected parameter (true = every one; a name, substring
+    // or glob, or a list of them), after clipping, as this process holds it.
+    std::vector<std::string> rules;
+    bool all = false;
+    if (auto* b = std::get_if<bool>(&ts.local_norm)) all = *b;
+    else if (auto* one = std::get_if<std::string>(&ts.local_norm)) { if (!one->empty()) rules.push_back(*one); }
+    else rules = std::get<std::vector<std::string>>(ts.local_norm);
+    if (all || !rules.empty())
+      for (auto& [name, p] : t.model().module().named_parameters()) {
+        const Tensor& g = p->tensor.grad();
+        if (!g.defined() || !(all || optim::matches_any(rules, name))) continue;
+        t.metrics_writer().add_scalar("local_norm/" + name, std::sqrt(optim::grad_sum_of_squares(g)), ctx.metrics->step);
+      }
     t.metrics_writer().write(*ctx.metrics);
   }
 };

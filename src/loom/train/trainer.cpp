@@ -76,6 +76,9 @@ void Trainer::build() {
     LOOM_CHECK(!ec, IOError, "cannot create the run directory '", options_.run_dir, "': ", ec.message(),
                " (pass --output with a writable path)");
   }
+  LOOM_CHECK(!config_.lora_config, ConfigError,
+             "lora_config: LoRA fine-tuning is not supported by Loom yet; remove the section to train all "
+             "parameters");
   apply_thread_env();
   peak_gflops_ = peak_flops(num_threads()).gflops * options_.world_size;
   const auto& training = config_.training;
