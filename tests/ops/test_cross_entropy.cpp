@@ -10,23 +10,17 @@
 #include "loom/core/allocator.h"
 #include "loom/ops/linear.h"
 #include "loom/ops/loss.h"
+#include "testing/error_message.h"
 #include "testing/gradcheck.h"
 
 using namespace loom;
 using loom::testing::gradcheck;
+using loom::testing::message_of;
 using loom::testing::leaf;
 using loom::testing::random_f64;
 
 namespace {
 
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 // Naive f64 reference of §1.2.
 double ref_loss(const std::vector<double>& logits, int64_t V, const std::vector<int64_t>& labels,

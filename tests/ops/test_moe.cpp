@@ -7,23 +7,17 @@
 #include "loom/core/parallel.h"
 #include "loom/ops/elementwise.h"
 #include "loom/ops/moe.h"
+#include "testing/error_message.h"
 #include "testing/gradcheck.h"
 
 using namespace loom;
 using loom::testing::gradcheck;
+using loom::testing::message_of;
 using loom::testing::leaf;
 using loom::testing::random_f64;
 
 namespace {
 
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 Tensor ids_of(const std::vector<int64_t>& v, int64_t t, int64_t k) { return Tensor::from_vector(v, {t, k}); }
 

@@ -11,10 +11,12 @@
 #include "loom/ops/norm.h"
 #include "loom/ops/reduce.h"
 #include "loom/ops/shape.h"
+#include "testing/error_message.h"
 #include "testing/gradcheck.h"
 
 using namespace loom;
 using loom::testing::gradcheck;
+using loom::testing::message_of;
 using loom::testing::leaf;
 using loom::testing::random_f64;
 
@@ -54,14 +56,6 @@ double max_abs_diff(const Vec& a, const Vec& b) {
   return m;
 }
 
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 }  // namespace
 

@@ -7,23 +7,17 @@
 
 #include "loom/ops/rope.h"
 #include "loom/ops/shape.h"
+#include "testing/error_message.h"
 #include "testing/gradcheck.h"
 
 using namespace loom;
 using loom::testing::gradcheck;
+using loom::testing::message_of;
 using loom::testing::leaf;
 using loom::testing::random_f64;
 
 namespace {
 
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 ops::RopeScaling deepseek_v3_yarn() {
   // semantics.md §7.1: rope_scaling {type yarn, factor 40, original 4096, beta_fast 32,
