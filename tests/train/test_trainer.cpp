@@ -139,3 +139,17 @@ TEST(Trainer, HealthCheckSkipsAndThenStops) {
   }
   EXPECT_EQ(params_of(t), before);  // no update was applied
 }
+
+TEST(Trainer, DataVocabularyLargerThanTheModelsIsNamed) {
+  lt::TempDir dir;
+  auto data = lt::write_pattern_dataset(dir);  // ids up to 63
+  Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 2, "checkpoint:\n  enable_save: False\n"),
+                            {"model.vocab_size=32"}),
+            build_causal_lm, lt::quiet_options(dir.file("run")));
+  try {
+    t.train();
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("but model.vocab_size is 32"), std::string::npos) << e.what();
+  }
+}

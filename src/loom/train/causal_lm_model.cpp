@@ -15,7 +15,25 @@ CausalLMModel::CausalLMModel(models::ModelArgs args, std::shared_ptr<nn::CausalL
                              nlohmann::ordered_json section)
     : args_(std::move(args)), model_(std::move(model)), section_(std::move(section)) {}
 
+namespace {
+// Token ids at or above vocab_size mean the data and the model disagree on the vocabulary: say
+// so in those terms instead of as an embedding index error.
+void check_token_ids(const Tensor& ids, int64_t vocab_size, const char* what) {
+  if (!ids.defined()) return;
+  Tensor c = ids.to(DType::i64).contiguous();
+  const int64_t* p = c.data<int64_t>();
+  int64_t worst = -1;
+  for (int64_t i = 0; i < c.numel(); ++i) worst = std::max(worst, p[i]);
+  LOOM_CHECK(worst < vocab_size, ConfigError, "the training data holds ", what, " ", worst,
+             " but model.vocab_size is ", vocab_size, ": the data was tokenized with a larger "
+             "vocabulary. Set model.vocab_size to at least the tokenizer's vocabulary size, or "
+             "preprocess the data with the model's tokenizer");
+}
+}  // namespace
+
 ForwardResult CausalLMModel::forward(const data::Batch& batch) {
+  check_token_ids(batch.input_ids, args_.vocab_size, "token id");
+  check_token_ids(batch.labels, args_.vocab_size, "label id");
   nn::LMBatch lm;
   lm.input_ids = batch.input_ids;
   lm.labels = batch.labels;
