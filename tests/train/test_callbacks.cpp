@@ -92,3 +92,26 @@ TEST(Callbacks, LoraConfigIsRejectedClearly) {
     EXPECT_NE(std::string(e.what()).find("LoRA fine-tuning is not supported by Loom yet"), std::string::npos);
   }
 }
+
+TEST(Callbacks, MoeMonitorWritesTokensPerExpertForTargetLayers) {
+  // monitor.moe_monitor (spec configuration.md "monitor"): counts of the step, every interval.
+  lt::TempDir dir;
+  auto data = lt::write_pattern_dataset(dir);
+  std::string yaml = lt::tiny_config_yaml(data, 2, 2, 2,
+                                          "checkpoint:\n  enable_save: False\nmonitor:\n  moe_monitor:\n"
+                                          "    save_tokens_per_expert_interval: 2\n    target_layers: [1]\n");
+  // the tiny Llama becomes a Qwen3-MoE: 4 experts, 2 per token
+  yaml.replace(yaml.find("model_type: llama"), 17, "model_type: qwen3_moe\n  num_experts: 4\n  num_experts_per_tok: 2\n  moe_intermediate_size: 16");
+  train::Trainer t(lt::tiny_config(yaml), train::build_causal_lm, lt::quiet_options(dir.file("run")));
+  t.train();
+  std::ifstream in(dir.file("run/metrics.jsonl"));
+  std::string line1, line2;
+  std::getline(in, line1);
+  std::getline(in, line2);
+  auto first = nlohmann::json::parse(line1), second = nlohmann::json::parse(line2);
+  EXPECT_FALSE(first.contains("tokens_per_expert/layer_1/expert_0"));  // interval 2: step 2 only
+  double total = 0;
+  for (int e = 0; e < 4; ++e) total += second["tokens_per_expert/layer_1/expert_" + std::to_string(e)].get<double>();
+  EXPECT_EQ(total, 2 * 32 * 2);  // batch 2 × seq 32 tokens, 2 experts each
+  EXPECT_FALSE(second.contains("tokens_per_expert/layer_0/expert_0"));
+}
