@@ -26,25 +26,6 @@ inline C apply_binary(BinaryOp op, C x, C y) {
 template <typename C>
 inline C sigmoid_of(C x) { return C(1) / (C(1) + std::exp(-x)); }
 
-template <typename C>
-inline C apply_unary(UnaryOp op, C x) {
-  switch (op) {
-    case UnaryOp::neg: return -x;
-    case UnaryOp::exp: return std::exp(x);
-    case UnaryOp::log: return std::log(x);
-    case UnaryOp::sqrt: return std::sqrt(x);
-    case UnaryOp::rsqrt: return C(1) / std::sqrt(x);
-    case UnaryOp::square: return x * x;
-    case UnaryOp::abs: return std::abs(x);
-    case UnaryOp::sigmoid: return sigmoid_of(x);
-    case UnaryOp::silu: return x * sigmoid_of(x);
-    case UnaryOp::tanh: return std::tanh(x);
-    case UnaryOp::relu: return x > C(0) ? x : C(0);
-    case UnaryOp::reciprocal: return C(1) / x;
-  }
-  return x;
-}
-
 }  // namespace
 
 namespace {
@@ -116,7 +97,12 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
   return out;
 }
 
-Tensor unary(UnaryOp op, const Tensor& a, const char* name) {
+namespace {
+
+// out = fn(a) elementwise (fn takes and returns the compute type), contiguous inputs as one flat
+// loop, strided ones row by row. Shared by unary ops and affine.
+template <typename Fn>
+Tensor map_elements(const Tensor& a, const char* name, Fn&& fn) {
   check_floating(a, name, "input");
   check_device_supported(a.device(), name);
   Tensor out = Tensor::empty(a.shape(), a.dtype());
@@ -124,33 +110,55 @@ Tensor unary(UnaryOp op, const Tensor& a, const char* name) {
     using C = compute_t<scalar_t>;
     scalar_t* o = out.data<scalar_t>();
     const scalar_t* pa = static_cast<const scalar_t*>(a.raw_data());
+    if (a.is_contiguous()) {
+      parallel_for(0, a.numel(), 16384, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) o[i] = cast_scalar<scalar_t>(fn(C(pa[i])));
+      });
+      return;
+    }
     for_each_row<2>(a.shape(), {out.strides(), a.strides()},
                     [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& inc) {
                       scalar_t* po = o + off[0];
                       const scalar_t* x = pa + off[1];
-                      for (int64_t i = 0; i < n; ++i)
-                        po[i] = cast_scalar<scalar_t>(apply_unary<C>(op, C(x[i * inc[1]])));
+                      for (int64_t i = 0; i < n; ++i) po[i] = cast_scalar<scalar_t>(fn(C(x[i * inc[1]])));
                     });
   });
   return out;
 }
 
+// Calls body(functor) with a functor for `op`, so each op gets its own specialised loop instead
+// of a switch per element.
+template <typename Body>
+Tensor with_unary_functor(UnaryOp op, Body&& body) {
+  switch (op) {
+    case UnaryOp::neg: return body([](auto x) { return -x; });
+    case UnaryOp::exp: return body([](auto x) { return std::exp(x); });
+    case UnaryOp::log: return body([](auto x) { return std::log(x); });
+    case UnaryOp::sqrt: return body([](auto x) { return std::sqrt(x); });
+    case UnaryOp::rsqrt: return body([](auto x) { return decltype(x)(1) / std::sqrt(x); });
+    case UnaryOp::square: return body([](auto x) { return x * x; });
+    case UnaryOp::abs: return body([](auto x) { return std::abs(x); });
+    case UnaryOp::sigmoid: return body([](auto x) { return sigmoid_of(x); });
+    case UnaryOp::silu: return body([](auto x) { return x * sigmoid_of(x); });
+    case UnaryOp::tanh: return body([](auto x) { return std::tanh(x); });
+    case UnaryOp::relu: return body([](auto x) { return x > decltype(x)(0) ? x : decltype(x)(0); });
+    case UnaryOp::reciprocal: return body([](auto x) { return decltype(x)(1) / x; });
+  }
+  LOOM_THROW(ValueError, "unknown unary op");
+}
+
+}  // namespace
+
+Tensor unary(UnaryOp op, const Tensor& a, const char* name) {
+  return with_unary_functor(op, [&](auto f) { return map_elements(a, name, f); });
+}
+
 Tensor affine(const Tensor& a, double scale, double shift) {
-  check_floating(a, "affine", "input");
-  Tensor out = Tensor::empty(a.shape(), a.dtype());
-  LOOM_DISPATCH_FLOATING(a.dtype(), "affine", [&] {
+  return LOOM_DISPATCH_FLOATING(a.dtype(), "affine", [&] {
     using C = compute_t<scalar_t>;
     const C s = C(scale), t = C(shift);
-    scalar_t* o = out.data<scalar_t>();
-    const scalar_t* pa = static_cast<const scalar_t*>(a.raw_data());
-    for_each_row<2>(a.shape(), {out.strides(), a.strides()},
-                    [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& inc) {
-                      scalar_t* po = o + off[0];
-                      const scalar_t* x = pa + off[1];
-                      for (int64_t i = 0; i < n; ++i) po[i] = cast_scalar<scalar_t>(C(x[i * inc[1]]) * s + t);
-                    });
+    return map_elements(a, "affine", [s, t](C x) { return x * s + t; });
   });
-  return out;
 }
 
 void add_(Tensor& dst, const Tensor& src, double alpha) {
