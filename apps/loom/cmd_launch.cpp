@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "args.h"
 #include "command.h"
 
 namespace {
@@ -36,37 +37,25 @@ std::string self_path() {
   return buf;
 }
 
-bool parse_positive(const std::string& text, int* out) {
-  char* end = nullptr;
-  const long v = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || !end || *end || v < 1 || v > 1 << 20) return false;
-  *out = static_cast<int>(v);
-  return true;
-}
 
 int run_launch(const std::vector<std::string>& args) {
   int n = 0, threads = 0;
   std::string hostfile, mpirun = "mpirun";
   bool dry_run = false;
   std::vector<std::string> command;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) {
-        std::fprintf(stderr, "error: %s needs a value\n%s", a.c_str(), kUsage);
-        std::exit(2);
-      }
-      return args[++i];
-    };
+  loom::app::ArgCursor cursor(args, kUsage);
+  auto value = [&] { return cursor.value(); };
+  while (!cursor.done()) {
+    const std::string a = cursor.next();
     if (a == "--") {
-      command.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
+      command = cursor.rest();
       break;
     } else if (a == "--help" || a == "-h") {
       std::printf("%s", kUsage);
       return 0;
     } else if (a == "-n" || a == "-np" || a == "--nproc") {
       const std::string v = value();
-      if (!parse_positive(v, &n)) {
+      if (!loom::app::parse_positive(v, &n)) {
         std::fprintf(stderr, "error: -n '%s' is not a positive number of processes\n", v.c_str());
         return 2;
       }
@@ -74,7 +63,7 @@ int run_launch(const std::vector<std::string>& args) {
       hostfile = value();
     } else if (a == "--threads") {
       const std::string v = value();
-      if (!parse_positive(v, &threads)) {
+      if (!loom::app::parse_positive(v, &threads)) {
         std::fprintf(stderr, "error: --threads '%s' is not a positive integer\n", v.c_str());
         return 2;
       }
@@ -93,7 +82,7 @@ int run_launch(const std::vector<std::string>& args) {
     return 2;
   }
   if (threads == 0) {
-    if (const char* env = std::getenv("LOOM_NUM_THREADS"); env && *env) parse_positive(env, &threads);
+    if (const char* env = std::getenv("LOOM_NUM_THREADS"); env && *env) loom::app::parse_positive(env, &threads);
     // One host: share its cores (a hostfile spreads ranks; each host's cores / its ranks is unknown here).
     if (threads == 0) threads = hostfile.empty() ? std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / n) : 1;
   }

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <thread>
 
+#include "args.h"
 #include "command.h"
 #include "loom/config/config.h"
 #include "loom/core/log.h"
@@ -48,15 +49,10 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
   std::string config_path, output;
   std::vector<std::string> overrides;
   int threads = 0;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) {
-        std::fprintf(stderr, "error: %s needs a value\n%s", a.c_str(), kUsage);
-        std::exit(2);
-      }
-      return args[++i];
-    };
+  loom::app::ArgCursor cursor(args, kUsage);
+  auto value = [&] { return cursor.value(); };
+  while (!cursor.done()) {
+    const std::string a = cursor.next();
     if (a == "--help" || a == "-h") {
       std::printf("%s", kUsage);
       return 0;
@@ -67,14 +63,11 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
     } else if (a == "--output") {
       output = value();
     } else if (a == "--threads") {
-      std::string v = value();
-      char* end = nullptr;
-      long n = std::strtol(v.c_str(), &end, 10);
-      if (!end || *end || n < 1) {
+      const std::string v = value();
+      if (!loom::app::parse_positive(v, &threads)) {
         std::fprintf(stderr, "error: --threads '%s' is not a positive integer\n", v.c_str());
         return 2;
       }
-      threads = static_cast<int>(n);
     } else {
       std::fprintf(stderr, "error: unknown option '%s'\n%s", a.c_str(), kUsage);
       return 2;
