@@ -3,6 +3,7 @@
 // checks skip and stop. (Issue 7; semantics.md §1.2.)
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -152,4 +153,25 @@ TEST(Trainer, DataVocabularyLargerThanTheModelsIsNamed) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("but model.vocab_size is 32"), std::string::npos) << e.what();
   }
+}
+
+TEST(Trainer, MuonTrainsATinyDeepSeekV3WithTheModelsSplit) {
+  // Muon (spec training_hyperparameters.md §1.2) on an MLA + MoE model: the optimizer gets its
+  // per-head and gate/up pieces from the model; QK-clip reads the attention's max logits.
+  lt::TempDir dir;
+  auto data = lt::write_pattern_dataset(dir);
+  std::string yaml = lt::tiny_config_yaml(data, 6, 2, 2, "checkpoint:\n  enable_save: False\n");
+  const size_t m = yaml.find("model:\n");
+  yaml = yaml.substr(0, m) +
+         "model:\n  model_type: deepseek_v3\n  vocab_size: 64\n  hidden_size: 32\n  intermediate_size: 64\n"
+         "  num_hidden_layers: 2\n  num_attention_heads: 4\n  q_lora_rank: 16\n  kv_lora_rank: 16\n"
+         "  qk_nope_head_dim: 8\n  qk_rope_head_dim: 4\n  v_head_dim: 8\n  n_routed_experts: 4\n"
+         "  num_experts_per_tok: 2\n  moe_intermediate_size: 16\n  first_k_dense_replace: 1\n  n_group: 1\n"
+         "  topk_group: 1\n  max_position_embeddings: 64\n  params_dtype: float32\n  compute_dtype: float32\n";
+  yaml.replace(yaml.find("type: AdamW"), 11, "type: Muon");
+  Trainer t(lt::tiny_config(yaml), build_causal_lm, lt::quiet_options(dir.file("run")));
+  ASSERT_EQ(t.optimizer().type(), "Muon");
+  TrainSummary s = t.train();
+  EXPECT_TRUE(std::isfinite(s.last_loss));
+  EXPECT_LT(s.last_loss, s.first_loss);
 }

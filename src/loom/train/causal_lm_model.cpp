@@ -96,6 +96,16 @@ optim::MuonModelInfo CausalLMModel::muon_info() const {
   info.mla.qk_rope_head_dim = args_.qk_rope_head_dim;
   info.mla.v_head_dim = args_.v_head_dim;
   info.mla.q_lora_rank = args_.q_lora_rank;
+  // The model says how its fused weights split (models/muon_info), so the optimizer never
+  // guesses from names: one rule covering every parameter.
+  optim::MuonSplitSchema schema;
+  schema.append({"*"}, [args = args_](const std::string& name, int64_t rows, int64_t cols) {
+    std::vector<optim::MuonBlock> blocks;
+    for (const models::MuonPiece& p : models::muon_pieces(args, name, Shape{rows, cols}))
+      blocks.push_back({p.row0, p.rows, p.col0, p.cols});
+    return blocks;
+  });
+  info.schema = std::move(schema);
   return info;
 }
 
