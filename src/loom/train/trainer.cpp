@@ -166,6 +166,13 @@ void Trainer::build() {
   checkpoints_ = std::make_unique<CheckpointManager>(ck, options_.rank, options_.world_size, barrier);
 
   const bool writes = options_.rank == 0;
+  if (writes && !options_.run_dir.empty()) {
+    const fs::path existing = fs::path(options_.run_dir) / "metrics.jsonl";
+    std::error_code ec;
+    if (fs::exists(existing) && fs::file_size(existing, ec) > 0)
+      log::warn("run directory ", options_.run_dir, " already has metrics.jsonl: this run's steps are appended to it "
+                "(nothing is overwritten); pass a new --output to keep runs apart");
+  }
   std::string tb_dir = config_.monitor.tensorboard.output_dir;
   metrics_ = std::make_unique<MetricsWriter>(
       writes && !options_.run_dir.empty() ? (fs::path(options_.run_dir) / "metrics.jsonl").string() : "",
