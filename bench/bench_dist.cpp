@@ -102,11 +102,10 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     o.reshard_after_forward_policy = policy;
     fsdp = dist::apply_fsdp(model, mesh, o);
     fsdp->materialize(0);
-    for (auto& [name, t] : fsdp->sharded_parameters()) params.push_back({name, t});
   } else {
     model.materialize(0);
-    for (auto& [name, p] : model.named_parameters()) params.push_back({name, p->tensor});
   }
+  for (auto& [name, t] : model.local_parameters()) params.push_back({name, t});
   optim::AdamWOptions ao;
   ao.learning_rate = 3e-4;
   optim::AdamW opt(params, ao);
@@ -129,7 +128,9 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     if (fsdp) {
       fsdp->finish_backward();
       loss = rt.world()->all_reduce_scalar(loss) / n;
-      factor = [f = fsdp.get()](const optim::NamedParam& p) { return static_cast<double>(f->replica_factor(p.name)); };
+      factor = [&model, m = mesh.get()](const optim::NamedParam& p) {
+        return static_cast<double>(m->replica_factor(model.find_parameter(p.name)->placement));
+      };
       sum = [w = rt.world()](double v) { return w->all_reduce_scalar(v); };
     }
     optim::clip_grad_norm(params, 1.0, factor, sum);

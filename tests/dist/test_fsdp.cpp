@@ -52,7 +52,7 @@ void check_parity(const Json& section, const FsdpOptions& options, int64_t micro
     loss += out.loss.item() / static_cast<double>(micro);
   }
   EXPECT_EQ(loss, ref_loss);
-  auto shards = p.fsdp->sharded_parameters();
+  auto shards = p.sharded.model->local_parameters();
   EXPECT_EQ(shards.size(), ref.size());
   for (auto& [name, shard] : shards) {
     ASSERT_TRUE(ref.count(name)) << name;
@@ -64,7 +64,7 @@ void check_parity(const Json& section, const FsdpOptions& options, int64_t micro
 TEST(FsdpSingleRank, MetaInitGivesTheOneProcessWeights) {
   Pair p = make_models(testing::dist_tiny_llama(), {});
   auto plain = p.plain.model->state_dict();
-  auto sharded = p.fsdp->sharded_state_dict();
+  auto sharded = p.sharded.model->state_dict();
   ASSERT_EQ(plain.size(), sharded.size());
   for (auto& [name, t] : plain) expect_bit_equal(sharded.at(name), t, name);
 }
@@ -104,7 +104,7 @@ TEST(FsdpSingleRank, ComposesWithFullRecomputeAppliedFirst) {
   autograd::backward(out.loss);
   fsdp->finish_backward();
   EXPECT_EQ(out.loss.item(), ref_loss);
-  for (auto& [name, shard] : fsdp->sharded_parameters()) expect_bit_equal(shard.grad(), ref[name], name);
+  for (auto& [name, shard] : sharded.model->local_parameters()) expect_bit_equal(shard.grad(), ref[name], name);
 }
 
 TEST(FsdpSingleRank, ReshardPolicyDecidesWhatStaysGatheredAfterForward) {
@@ -147,7 +147,7 @@ TEST(FsdpSingleRank, AppliedToAMaterialisedModelKeepsItsValues) {
   std::map<std::string, Tensor> copies;
   for (auto& [n, t] : values) copies[n] = t.clone();
   auto fsdp = apply_fsdp(*m.model, DeviceMesh::single(), {});
-  for (auto& [n, t] : fsdp->sharded_state_dict()) expect_bit_equal(t, copies.at(n), n);
+  for (auto& [n, t] : m.model->state_dict()) expect_bit_equal(t, copies.at(n), n);
   // The parameters themselves are released until a forward gathers them.
   EXPECT_TRUE(m.model->find_parameter("decoder.layers.0.mlp.linear_fc1.weight")->tensor.is_meta());
 }
@@ -165,15 +165,19 @@ TEST(FsdpSingleRank, CpuOffloadMovesShardsToTheHostPool) {
 
 TEST(FsdpSingleRank, PlacementsAndReplicaFactors) {
   Pair p = make_models(testing::dist_tiny_llama(), {});
-  auto pl = p.fsdp->placement("decoder.layers.1.mlp.linear_fc2.weight");
-  ASSERT_TRUE(pl.has_value());
-  EXPECT_EQ(pl->global_shape, (Shape{18, 22}));
-  EXPECT_EQ(pl->global_offset, (std::vector<int64_t>{0, 0}));
-  EXPECT_EQ(pl->local_shape, (Shape{18, 22}));
-  EXPECT_FALSE(p.fsdp->placement("no.such.weight").has_value());
-  EXPECT_EQ(p.fsdp->replica_factor("decoder.layers.1.mlp.linear_fc2.weight"), 1);
-  EXPECT_EQ(p.plain.model->find_parameter("decoder.layers.0.input_layernorm.weight")->sharded_dims.size(), 0u);
-  EXPECT_EQ(p.sharded.model->find_parameter("decoder.layers.0.input_layernorm.weight")->sharded_dims.at("fsdp"), 0);
+  const nn::Parameter& fc2 = *p.sharded.model->find_parameter("decoder.layers.1.mlp.linear_fc2.weight");
+  EXPECT_EQ(fc2.global_shape, (Shape{18, 22}));
+  const auto pieces = fc2.pieces();
+  ASSERT_EQ(pieces.size(), 1u);
+  EXPECT_EQ(pieces[0].global_offset, (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(pieces[0].shape, (Shape{18, 22}));
+  EXPECT_EQ(fc2.local_shape(), (Shape{18, 22}));
+  EXPECT_EQ(p.fsdp->mesh().replica_factor(fc2.placement), 1);
+  EXPECT_TRUE(p.plain.model->find_parameter("decoder.layers.0.input_layernorm.weight")->placement.axes().empty());
+  const nn::AxisPlacement* rows = p.sharded.model->find_parameter("decoder.layers.0.input_layernorm.weight")->placement.on("fsdp");
+  ASSERT_NE(rows, nullptr);
+  EXPECT_EQ(rows->kind, nn::AxisPlacement::Kind::shard);
+  EXPECT_EQ(rows->dim, 0);
   EXPECT_EQ(p.fsdp->unit_names(),
             (std::vector<std::string>{"decoder.layers.0", "decoder.layers.1", "decoder.layers.2", "(root)"}));
 }

@@ -110,7 +110,7 @@ TEST(DeviceMesh, OneProcessMeshHasEveryAxisOfSizeOne) {
     EXPECT_EQ(mesh->group(axis).size(), 1) << axis;
     EXPECT_EQ(mesh->size(axis), 1) << axis;
   }
-  EXPECT_EQ(mesh->replica_factor({}), 1);
+  EXPECT_EQ(mesh->replica_factor(nn::Placement()), 1);
   EXPECT_THROW(mesh->group("dp"), ValueError);
 }
 

@@ -29,7 +29,8 @@ TEST(ShardedCheckpoint, OneProcessSaveWritesEverythingAndDescribesIt) {
   std::map<std::string, Tensor> model{{"a.weight", Tensor::ones({3, 2})}};
   std::map<std::string, Tensor> opt{{"adam_m.a.weight", Tensor::zeros({3, 2})},
                                     {"global_step", Tensor::scalar(4, DType::i64)}};
-  auto entries = checkpoint_entries(nullptr, *world, model, opt);
+  nn::Module no_parameters("Empty");
+  auto entries = checkpoint_entries(no_parameters, model, opt);
   ShardedSave s = prepare_sharded_save(*world, entries, names, /*remove_redundancy=*/true);
   EXPECT_EQ(s.model.size(), 1u);
   EXPECT_EQ(s.optimizer.size(), 2u);
@@ -45,15 +46,12 @@ TEST(ShardedCheckpoint, LoadWithoutMetadataTakesWholeTensorsAndNamesProblems) {
   models::write_safetensors(dir.file("checkpoint-model-0000000-0000001.safetensors"),
                             std::map<std::string, Tensor>{{"a.weight", Tensor::full({4, 2}, 2.0)}});
   auto world = make_single_rank_group("world");
-  std::vector<ShardedTensorEntry> entries{{"a.weight", Tensor::zeros({2, 2}), {}, false}};
-  entries[0].placement.global_shape = {4, 2};
-  entries[0].placement.global_offset = {2, 0};
-  entries[0].placement.local_shape = {2, 2};
+  // Rows [2, 4) of the saved [4, 2] tensor.
+  std::vector<ShardedTensorEntry> entries{{"a.weight", Tensor::zeros({2, 2}), {4, 2}, {{{0, 0}, {2, 0}, {2, 2}}}, false}};
   load_resharded(dir.path().string(), entries, false);
   EXPECT_EQ(entries[0].local.at({1, 1}), 2.0);
 
-  std::vector<ShardedTensorEntry> bad{{"a.weight", Tensor::zeros({3, 2}), full_placement(Tensor::zeros({3, 2})), false},
-                                      {"b.weight", Tensor::zeros({1}), full_placement(Tensor::zeros({1})), false}};
+  std::vector<ShardedTensorEntry> bad{whole_entry("a.weight", Tensor::zeros({3, 2})), whole_entry("b.weight", Tensor::zeros({1}))};
   try {
     load_resharded(dir.path().string(), bad, false);
     FAIL();
@@ -69,9 +67,10 @@ TEST(ShardedCheckpoint, MissingFileNamedByMetadataIsAnError) {
   testing::TempDir dir;
   auto world = make_single_rank_group("world");
   std::map<std::string, Tensor> model{{"a.weight", Tensor::ones({3, 2})}};
-  ShardedSave s = prepare_sharded_save(*world, checkpoint_entries(nullptr, *world, model, {}), names, false);
+  nn::Module no_parameters("Empty");
+  ShardedSave s = prepare_sharded_save(*world, checkpoint_entries(no_parameters, model, {}), names, false);
   std::ofstream(dir.file("metadata.json")) << s.metadata.dump();
-  std::vector<ShardedTensorEntry> entries{{"a.weight", Tensor::zeros({3, 2}), full_placement(Tensor::zeros({3, 2})), false}};
+  std::vector<ShardedTensorEntry> entries{whole_entry("a.weight", Tensor::zeros({3, 2}))};
   try {
     load_resharded(dir.path().string(), entries, false);
     FAIL();

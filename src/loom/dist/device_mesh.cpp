@@ -62,12 +62,15 @@ int DeviceMesh::size(const std::string& axis) const {
   LOOM_THROW(ValueError, "device mesh: unknown axis '", axis, "'");
 }
 
-int DeviceMesh::replica_factor(const std::map<std::string, int>& sharded_dims, bool expert) const {
+int DeviceMesh::replica_factor(const nn::Placement& placement) const {
+  const bool expert = placement.on("ep") != nullptr || placement.on("efsdp") != nullptr;
   const std::vector<std::string> spmd = expert ? std::vector<std::string>{"dp_replicate", "efsdp", "ep"}
                                                : std::vector<std::string>{"dp_replicate", "fsdp", "tp"};
   int factor = 1;
-  for (const auto& axis : spmd)
-    if (!sharded_dims.count(axis)) factor *= size(axis);
+  for (const auto& axis : spmd) {
+    const nn::AxisPlacement* a = placement.on(axis);
+    factor *= a && a->kind == nn::AxisPlacement::Kind::shard ? a->copies : size(axis);
+  }
   return factor;
 }
 

@@ -12,6 +12,7 @@
 
 #include "loom/dist/parallel_dims.h"
 #include "loom/dist/process_group.h"
+#include "loom/nn/placement.h"
 
 namespace loom::dist {
 
@@ -40,10 +41,11 @@ class DeviceMesh {
   int size(const std::string& axis) const;
 
   // How many ranks of the data-parallel SPMD mesh (dp_replicate, fsdp, tp for dense parameters;
-  // dp_replicate, efsdp, ep for experts) hold the same local gradient values of a parameter
-  // placed by `sharded_dims` (axis → tensor dim): the product of the sizes of the axes it is not
-  // sharded over. The grad norm divides each local Σg² by it (semantics.md §1.2).
-  int replica_factor(const std::map<std::string, int>& sharded_dims, bool expert = false) const;
+  // dp_replicate, efsdp, ep for experts, i.e. parameters placed on ep or efsdp) hold the same
+  // local gradient values of a parameter with this placement: the size of every axis it is not
+  // sharded over (replicated, partial before its sum, or absent), times the copies of a shared
+  // slice on the axes it is. The grad norm divides each local Σg² by it (semantics.md §1.2).
+  int replica_factor(const nn::Placement& placement) const;
 
   // Bytes this process sent over every axis group since reset_stats().
   CommStats total_stats() const;

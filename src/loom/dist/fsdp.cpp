@@ -6,7 +6,6 @@
 #include "loom/autograd/checkpoint.h"
 #include "loom/autograd/grad_mode.h"
 #include "loom/autograd/saved_tensor.h"
-#include "loom/core/rng.h"
 #include "loom/dist/fsdp_unit.h"
 
 namespace loom::dist {
@@ -80,6 +79,7 @@ std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr
   fsdp->reshard_after_forward_ = reshard_policy(options);
 
   FsdpUnitConfig layer_config;
+  layer_config.shard_axis = "fsdp";
   layer_config.reshard_after_forward = fsdp->reshard_after_forward_;
   layer_config.divide_gradients = !options.disable_gradient_division;
   layer_config.cpu_offload = options.cpu_offload;
@@ -118,7 +118,6 @@ std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr
     FsdpUnit* unit = best ? best : root.get();
     unit->add_param(name, p);
     owners[unit].insert(parent_path(name));
-    p->sharded_dims["fsdp"] = 0;
   }
   for (auto& [path, u] : units)
     if (!u->slots().empty()) fsdp->units_.push_back(u);
@@ -127,7 +126,6 @@ std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr
   for (auto& unit : fsdp->units_) {
     unit->build();
     unit->register_grad_hooks();
-    for (size_t i = 0; i < unit->slots().size(); ++i) fsdp->index_[unit->slots()[i].name] = {unit.get(), i};
     std::set<nn::Module*> wrapped;
     if (!unit->config().is_root) wrapped.insert(unit_modules.at(unit->name()));
     for (const std::string& owner : owners[unit.get()]) {
@@ -141,119 +139,16 @@ std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr
 }
 
 void FullyShardedModel::materialize(uint64_t seed) {
-  autograd::NoGradGuard no_grad;
-  for (auto& unit : units_) {
-    for (FsdpSlot& s : unit->slots()) {
-      const nn::Init& init = s.param->init;
-      Tensor shard = s.shard;
-      const int64_t first = s.row_begin * s.row_numel;  // position of the shard in the full tensor
-      switch (init.kind) {
-        case nn::Init::Kind::normal: fill_normal(shard, init.a, init.b, RngState{seed, stream_id(s.name), 0}, first); break;
-        case nn::Init::Kind::uniform: fill_uniform(shard, init.a, init.b, RngState{seed, stream_id(s.name), 0}, first); break;
-        case nn::Init::Kind::zeros: shard.zero_(); break;
-        case nn::Init::Kind::ones: shard.fill_(1.0); break;
-        case nn::Init::Kind::constant: shard.fill_(init.a); break;
-      }
-    }
-  }
+  for (auto& unit : units_)
+    for (FsdpSlot& s : unit->slots()) nn::initialize_parameter(*s.param, s.name, seed);
   // Buffers are not sharded: materialise them as Module::materialize does.
   for (auto& [name, b] : model_->named_buffers("", /*persistent_only=*/false))
     if (b->is_meta()) *b = Tensor::zeros(b->shape(), b->dtype());
 }
 
-std::vector<std::pair<std::string, Tensor>> FullyShardedModel::sharded_parameters() const {
-  std::vector<std::pair<std::string, Tensor>> out;
-  for (auto& [name, p] : model_->named_parameters()) {
-    auto it = index_.find(name);
-    if (it == index_.end()) continue;
-    const FsdpSlot& s = it->second.first->slots()[it->second.second];
-    if (s.trainable) out.emplace_back(name, s.shard);
-  }
-  return out;
-}
-
-std::map<std::string, Tensor> FullyShardedModel::sharded_state_dict() const {
-  std::map<std::string, Tensor> out;
-  for (const auto& [name, where] : index_) out[name] = where.first->slots()[where.second].shard.detach();
-  for (auto& [name, b] : model_->named_buffers()) out[name] = b->detach();
-  return out;
-}
-
 void FullyShardedModel::load_full_state_dict(const std::map<std::string, Tensor>& state) {
-  autograd::NoGradGuard no_grad;
-  std::vector<std::string> problems;
-  for (const auto& [name, where] : index_) {
-    const FsdpSlot& s = where.first->slots()[where.second];
-    auto it = state.find(name);
-    if (it == state.end()) {
-      problems.push_back("missing: " + name + " " + s.param->global_shape.str());
-      continue;
-    }
-    if (it->second.shape() != s.param->global_shape) {
-      problems.push_back("shape mismatch: " + name + " is " + it->second.shape().str() + " in the source but " +
-                         s.param->global_shape.str() + " in the model");
-      continue;
-    }
-    if (s.local_rows == 0) continue;
-    Tensor rows = it->second.reshape({s.rows, s.row_numel}).narrow(0, s.row_begin, s.local_rows);
-    Tensor(s.shard).view({s.local_rows, s.row_numel}).copy_(rows);
-  }
-  for (auto& [name, b] : model_->named_buffers()) {
-    auto it = state.find(name);
-    if (it == state.end()) {
-      problems.push_back("missing: " + name + " " + b->shape().str());
-      continue;
-    }
-    if (b->is_meta()) *b = Tensor::zeros(b->shape(), b->dtype());
-    b->copy_(it->second);
-  }
-  if (!problems.empty()) {
-    std::string text = "cannot load the state dict into the sharded model (" + std::to_string(problems.size()) +
-                       " problem" + (problems.size() > 1 ? "s" : "") + "):";
-    for (size_t i = 0; i < problems.size() && i < 50; ++i) text += "\n  " + problems[i];
-    LOOM_THROW(CheckpointError, text, "\nCheck that it was saved from the same model configuration.");
-  }
-  for (auto& unit : units_) unit->reshard();  // gathered copies are stale now
-}
-
-std::optional<ShardPlacement> FullyShardedModel::placement(const std::string& name) const {
-  const RankCoordinates c = mesh_->coordinates();
-  auto it = index_.find(name);
-  if (it != index_.end()) {
-    const FsdpSlot& s = it->second.first->slots()[it->second.second];
-    ShardPlacement p;
-    p.global_shape = s.param->global_shape;
-    p.global_offset.assign(static_cast<size_t>(p.global_shape.ndim()), 0);
-    if (!p.global_offset.empty()) p.global_offset[0] = s.row_begin;
-    p.local_shape = s.shard.shape();
-    p.replica_id = c.dp_replicate;
-    p.num_replicas = mesh_->dims().dp_replicate();
-    return p;
-  }
-  for (auto& [bname, b] : model_->named_buffers()) {
-    if (bname != name) continue;
-    ShardPlacement p;
-    p.global_shape = b->shape();
-    p.global_offset.assign(static_cast<size_t>(p.global_shape.ndim()), 0);
-    p.local_shape = b->shape();
-    // Every rank of the stage holds the same buffer.
-    const int per_stage = mesh_->world_size() / mesh_->dims().pp();
-    p.replica_id = mesh_->rank() % per_stage;
-    p.num_replicas = per_stage;
-    return p;
-  }
-  return std::nullopt;
-}
-
-int FullyShardedModel::replica_factor(const std::string& name) const {
-  auto it = index_.find(name);
-  if (it == index_.end()) return mesh_->replica_factor({});
-  return mesh_->replica_factor(it->second.first->slots()[it->second.second].param->sharded_dims);
-}
-
-FsdpUnit* FullyShardedModel::unit_of(const std::string& param_name) const {
-  auto it = index_.find(param_name);
-  return it == index_.end() ? nullptr : it->second.first;
+  model_->load_state_dict(state, /*strict=*/true, "the state dict");
+  reshard_all();  // gathered copies are stale now
 }
 
 void FullyShardedModel::zero_grad() {

@@ -3,12 +3,15 @@
 //
 // Units and buckets. Every module at a unit path (by default decoder.layers.{i} and
 // mtp.layers.{k}) is one unit; every other parameter belongs to the root unit (embedding,
-// final norm, output head). A unit keeps one flat bucket per parameter dtype. Each parameter is
-// sharded along dim 0 over the shard group (mesh axis "fsdp" = dp_shard·cp): rank k of the group
-// holds rows [k·c, (k+1)·c) with c = ceil(rows / n), so a shard is a real [local_rows, ...] tensor
-// (the optimizer's 1-D/bias rules and checkpoint chunks see true shapes). A bucket's shard is the
-// concatenation of its parameters' c-row blocks: every rank holds exactly 1/n of the bucket
-// (padded to the group size).
+// final norm, output head). A unit keeps one flat bucket per parameter dtype. Each parameter's
+// local tensor (the whole parameter, or the slice an inner strategy such as TP left: FSDP shards
+// whatever it finds) is sharded along dim 0 over the shard group (mesh axis "fsdp" =
+// dp_shard·cp): rank k of the group holds rows [k·c, (k+1)·c) with c = ceil(rows / n), so a shard
+// is a real [local_rows, ...] tensor (the optimizer's 1-D/bias rules and checkpoint chunks see
+// true shapes). The shard becomes the parameter's local_shard and the rows are appended to its
+// placement, which is all the optimizer, checkpoints, grad norm and initialisation read. A
+// bucket's shard is the concatenation of its parameters' c-row blocks: every rank holds exactly
+// 1/n of the bucket (padded to the group size).
 //
 // Forward: before a unit's first module runs, its buckets are all-gathered into full flat
 // buffers and the model's parameter tensors (the same leaf tensors every step) are pointed at
@@ -55,16 +58,6 @@ struct FsdpOptions {
   std::vector<std::string> unit_paths;
 };
 
-// Where a rank's piece of a parameter sits in the full tensor.
-struct ShardPlacement {
-  Shape global_shape;
-  std::vector<int64_t> global_offset;  // per dim
-  Shape local_shape;
-  // Index of this copy among the identical copies held by the replicate group (0 = primary).
-  int replica_id = 0;
-  int num_replicas = 1;
-};
-
 struct FsdpMemory {
   int64_t sharded_param_bytes = 0;  // persistent (device pool, or host pool with cpu_offload)
   int64_t sharded_grad_bytes = 0;   // persistent fp32 main-grad shards
@@ -80,23 +73,12 @@ class FullyShardedModel {
   FullyShardedModel(const FullyShardedModel&) = delete;
   FullyShardedModel& operator=(const FullyShardedModel&) = delete;
 
-  // Initialises the local shards of a model built on the meta device from the same Philox
-  // streams Module::materialize uses (stream = full parameter name, element index = position in
-  // the full tensor), so every layout gets the one-process weights; then meta buffers.
+  // Initialises the shards of a model that was built on the meta device (initialize_parameter:
+  // Philox by global index, so every layout gets the one-process weights), then meta buffers.
   void materialize(uint64_t seed);
-
-  // The optimizer's view: every parameter's local shard [local_rows, ...] (trainable ones), in
-  // model order. Grads (fp32 main grads) appear on them after backward.
-  std::vector<std::pair<std::string, Tensor>> sharded_parameters() const;
-  // Local shards of every parameter (trainable or not) for checkpoints, by full name.
-  std::map<std::string, Tensor> sharded_state_dict() const;
-  // Copies full tensors (e.g. a one-process state dict) into the local shards; CheckpointError
-  // listing missing or mis-shaped names.
+  // Copies whole tensors (e.g. a one-process or Hugging Face state dict) into the shards
+  // (Module::load_state_dict: CheckpointError listing every missing or mis-shaped name).
   void load_full_state_dict(const std::map<std::string, Tensor>& state);
-  // Placement of the local shard of parameter `name`, or nullopt for unknown names.
-  std::optional<ShardPlacement> placement(const std::string& name) const;
-  // For the grad norm: ranks holding identical copies of this parameter's local grad.
-  int replica_factor(const std::string& name) const;
 
   // Drops the sharded grads (the next backward starts a new accumulation).
   void zero_grad();
@@ -118,14 +100,12 @@ class FullyShardedModel {
  private:
   friend std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module&, std::shared_ptr<DeviceMesh>, const FsdpOptions&);
   FullyShardedModel() = default;
-  FsdpUnit* unit_of(const std::string& param_name) const;
 
   nn::Module* model_ = nullptr;
   std::shared_ptr<DeviceMesh> mesh_;
   FsdpOptions options_;
   bool reshard_after_forward_ = true;
   std::vector<std::shared_ptr<FsdpUnit>> units_;  // root last
-  std::map<std::string, std::pair<FsdpUnit*, size_t>> index_;  // param name → (unit, slot)
 };
 
 // Shards `model`'s parameters over mesh's "fsdp" group (replicated over "dp_replicate") and

@@ -30,10 +30,9 @@ int64_t rows_of_rank(const FsdpSlot& s, int r) {
   return std::clamp<int64_t>(s.rows - static_cast<int64_t>(r) * s.rows_per_rank, 0, s.rows_per_rank);
 }
 
+// The slot's shard: rows [row_begin, row_begin + local_rows) of the local tensor FSDP found.
 Shape local_shape(const FsdpSlot& s) {
-  const Shape& g = s.param->global_shape;
-  if (g.ndim() == 0) return s.local_rows ? Shape{} : Shape{0};
-  Shape out = g;
+  Shape out = s.leaf.shape();
   out[0] = s.local_rows;
   return out;
 }
@@ -94,19 +93,24 @@ void FsdpUnit::add_param(const std::string& name, nn::Parameter* param) {
   const DType dt = param->dtype;
   LOOM_CHECK(dt == DType::f32 || dt == DType::bf16 || dt == DType::f16, DTypeError, "FSDP: parameter '", name,
              "' has dtype ", dtype_name(dt), "; FSDP shards float32, bfloat16 or float16 parameters");
-  LOOM_CHECK(param->tensor.defined() && param->tensor.shape() == param->global_shape, ShapeError, "FSDP: parameter '",
-             name, "' is ", param->tensor.defined() ? param->tensor.shape().str() : std::string("undefined"),
-             " but its global shape is ", param->global_shape.str(),
-             "; apply FSDP to a model whose parameters are whole (it shards them itself)");
+  // FSDP shards whatever local tensor it finds: the whole parameter, or the slice an inner
+  // strategy (TP, EP) left, as its placement says.
+  const Shape local = param->local_shape();
+  LOOM_CHECK(param->tensor.defined() && param->tensor.shape() == local, ShapeError, "FSDP: parameter '", name, "' is ",
+             param->tensor.defined() ? param->tensor.shape().str() : std::string("undefined"),
+             " but its placement says this rank holds ", local.str(), " of ", param->global_shape.str(),
+             "; a strategy that splits a parameter must record the split in Parameter::placement");
+  LOOM_CHECK(local.ndim() >= 1, ShapeError, "FSDP: parameter '", name, "' is a scalar; FSDP shards along dim 0, so "
+             "register it as a [1] tensor");
+  LOOM_CHECK(!param->local_shard.defined(), ValueError, "FSDP: parameter '", name, "' is already sharded by FSDP");
   LOOM_CHECK(param->tensor.is_contiguous(), ValueError, "FSDP: parameter '", name, "' is not contiguous");
   FsdpSlot s;
   s.name = name;
   s.param = param;
   s.leaf = param->tensor;
   s.trainable = param->trainable;
-  const Shape& g = param->global_shape;
-  s.rows = g.ndim() == 0 ? 1 : g[0];
-  s.row_numel = s.rows ? g.numel() / s.rows : 1;
+  s.rows = local[0];
+  s.row_numel = s.rows ? local.numel() / s.rows : 1;
   const int n = shard_group_->size(), k = shard_group_->rank();
   s.rows_per_rank = (s.rows + n - 1) / n;
   s.row_begin = std::min<int64_t>(s.rows, static_cast<int64_t>(k) * s.rows_per_rank);
@@ -144,6 +148,11 @@ void FsdpUnit::build() {
     }
     s.shard.set_requires_grad(s.trainable);
     s.leaf.set_requires_grad(s.trainable);
+    // The shard is what this rank owns now: the optimizer, checkpoints and the grad norm find it
+    // through the parameter, with its rows recorded on the shard group's mesh axis.
+    s.param->local_shard = s.shard;
+    s.param->placement.add(s.param->global_shape,
+                           nn::AxisPlacement::shard(config_.shard_axis, 0, {{s.row_begin, s.local_rows}}));
   }
   release_leaves();
 }

@@ -45,6 +45,9 @@ struct FsdpUnitConfig {
   bool reshard_after_forward = true;  // never for the root
   bool divide_gradients = false;      // mean instead of sum
   bool cpu_offload = false;
+  // The mesh axis the shard group spans, recorded in the parameters' placements (the group may
+  // share the world's communicator and name when it spans every rank).
+  std::string shard_axis = "fsdp";
 };
 
 class FsdpUnit : public std::enable_shared_from_this<FsdpUnit> {

@@ -45,6 +45,13 @@ Shape shape_of(const std::vector<int64_t>& v) {
   return s;
 }
 
+std::string shape_id_offset(const std::vector<int64_t>& v) {
+  std::string s = "(";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + ")";
+}
+
+// One chunk as a rank announces it to the others.
 struct Described {
   int rank;
   std::string name;
@@ -52,6 +59,8 @@ struct Described {
   std::vector<int64_t> global_shape, offset, local_shape;
   bool optimizer;
   int64_t bytes;
+  std::vector<int64_t> local_offset;  // where it sits in the stored tensor; empty: it is the whole tensor
+  size_t entry;                       // index into the announcing rank's entries
 };
 
 Json read_json_file(const fs::path& path) {
@@ -65,9 +74,14 @@ Json read_json_file(const fs::path& path) {
   }
 }
 
+struct Holder {
+  std::string file;
+  std::vector<int64_t> local_offset;  // empty: the stored tensor is exactly the chunk
+};
+
 struct Chunk {
   std::vector<int64_t> offset, shape;
-  std::vector<std::string> files;  // candidates holding it
+  std::vector<Holder> holders;  // candidates holding it
 };
 
 struct SavedTensor {
@@ -94,8 +108,11 @@ std::map<std::string, SavedTensor> read_layout(const fs::path& dir) {
         chunk.shape = c.at("local_shape").get<std::vector<int64_t>>();
         const std::string id = shard_id(name, chunk.offset);
         if (storage.contains(id))
-          for (auto& s : storage[id]) chunk.files.push_back(s.at("file_name").get<std::string>());
-        LOOM_CHECK(!chunk.files.empty(), CheckpointError, "'", meta_path.string(), "': no file holds shard ", id);
+          for (auto& s : storage[id])
+            chunk.holders.push_back({s.at("file_name").get<std::string>(),
+                                     s.contains("local_offset") ? s["local_offset"].get<std::vector<int64_t>>()
+                                                                : std::vector<int64_t>{}});
+        LOOM_CHECK(!chunk.holders.empty(), CheckpointError, "'", meta_path.string(), "': no file holds shard ", id);
         t.chunks.push_back(std::move(chunk));
       }
       out[name] = std::move(t);
@@ -115,7 +132,7 @@ std::map<std::string, SavedTensor> read_layout(const fs::path& dir) {
                  "'): a multi-process checkpoint needs its metadata.json");
       SavedTensor t;
       t.global_shape = dims_of(e.shape);
-      t.chunks.push_back({std::vector<int64_t>(t.global_shape.size(), 0), t.global_shape, {f.filename().string()}});
+      t.chunks.push_back({std::vector<int64_t>(t.global_shape.size(), 0), t.global_shape, {{f.filename().string(), {}}}});
       out[e.name] = std::move(t);
     }
   }
@@ -148,32 +165,35 @@ std::string shard_id(const std::string& name, const std::vector<int64_t>& offset
   return s + "))";
 }
 
-ShardPlacement full_placement(const Tensor& t, int replica_id, int num_replicas) {
-  ShardPlacement p;
-  p.global_shape = t.shape();
-  p.global_offset.assign(static_cast<size_t>(t.dim()), 0);
-  p.local_shape = t.shape();
-  p.replica_id = replica_id;
-  p.num_replicas = num_replicas;
-  return p;
+ShardedTensorEntry whole_entry(std::string name, const Tensor& t, bool optimizer) {
+  ShardedTensorEntry e;
+  e.name = std::move(name);
+  e.local = t;
+  e.global_shape = t.shape();
+  e.pieces = nn::Placement().pieces(t.shape());
+  e.optimizer = optimizer;
+  return e;
 }
 
-std::vector<ShardedTensorEntry> checkpoint_entries(const FullyShardedModel* fsdp, const ProcessGroup& world,
-                                                   const std::map<std::string, Tensor>& model_state,
+std::vector<ShardedTensorEntry> checkpoint_entries(nn::Module& module, const std::map<std::string, Tensor>& model_state,
                                                    const std::map<std::string, Tensor>& optimizer_state) {
-  std::vector<ShardedTensorEntry> out;
-  auto place = [&](const std::string& param, const Tensor& t) {
-    if (fsdp)
-      if (auto p = fsdp->placement(param); p && p->local_shape == t.shape()) return *p;
-    return full_placement(t, world.rank(), world.size());
+  std::map<std::string, nn::Parameter*> params;
+  for (auto& [name, p] : module.named_parameters()) params[name] = p;
+  auto entry = [&](const std::string& key, const std::string& param, const Tensor& t, bool optimizer) {
+    auto it = params.find(param);
+    if (it == params.end()) return whole_entry(key, t, optimizer);
+    const nn::Parameter& p = *it->second;
+    LOOM_CHECK(t.shape() == p.local_shape(), ShapeError, "checkpoint entry '", key, "' is ", t.shape().str(),
+               " but parameter '", param, "' holds ", p.local_shape().str(), " on this rank");
+    return ShardedTensorEntry{key, t, p.global_shape, p.pieces(), optimizer};
   };
-  for (const auto& [name, t] : model_state) out.push_back({name, t, place(name, t), false});
+  std::vector<ShardedTensorEntry> out;
+  for (const auto& [name, t] : model_state) out.push_back(entry(name, name, t, false));
   for (const auto& [key, t] : optimizer_state) {
     std::string param = key;
     for (const char* prefix : {"main_param.", "adam_m.", "adam_v.", "muon_m."})
       if (key.rfind(prefix, 0) == 0) param = key.substr(std::strlen(prefix));
-    ShardPlacement p = param == key ? full_placement(t, world.rank(), world.size()) : place(param, t);
-    out.push_back({key, t, p, true});
+    out.push_back(param == key ? whole_entry(key, t, true) : entry(key, param, t, true));
   }
   return out;
 }
@@ -182,21 +202,26 @@ ShardedSave prepare_sharded_save(ProcessGroup& world, const std::vector<ShardedT
                                  const CheckpointFileName& file_name, bool remove_redundancy) {
   LOOM_TRACE("io", "sharded save plan");
   Json mine = Json::array();
-  for (const auto& e : entries) {
-    LOOM_CHECK(e.local.shape() == e.placement.local_shape, ShapeError, "checkpoint entry '", e.name, "': tensor is ",
-               e.local.shape().str(), " but its placement says ", e.placement.local_shape.str());
-    mine.push_back({e.name, reference_dtype_name(e.local.dtype()), dims_of(e.placement.global_shape),
-                    e.placement.global_offset, dims_of(e.placement.local_shape), e.optimizer,
-                    static_cast<int64_t>(e.local.nbytes())});
+  for (size_t k = 0; k < entries.size(); ++k) {
+    const ShardedTensorEntry& e = entries[k];
+    int64_t covered = 0;
+    for (const nn::Piece& p : e.pieces) covered += p.shape.numel();
+    LOOM_CHECK(e.local.defined() && covered == e.local.numel(), ShapeError, "checkpoint entry '", e.name, "': tensor ",
+               e.local.defined() ? e.local.shape().str() : std::string("(undefined)"), " has ",
+               e.local.defined() ? e.local.numel() : 0, " elements but its pieces cover ", covered);
+    const bool whole = e.pieces.size() == 1 && e.pieces[0].shape == e.local.shape();
+    const int64_t es = static_cast<int64_t>(dtype_size(e.local.dtype()));
+    for (const nn::Piece& p : e.pieces)
+      mine.push_back({e.name, reference_dtype_name(e.local.dtype()), dims_of(e.global_shape), p.global_offset,
+                      dims_of(p.shape), e.optimizer, p.shape.numel() * es,
+                      whole ? Json(nullptr) : Json(p.local_offset), k});
   }
   const std::vector<std::string> all = all_gather_strings(world, mine.dump());
 
-  // Who holds each shard.
+  // Who holds each chunk.
   std::vector<Described> described;
   std::map<std::string, std::vector<size_t>> holders;  // shard id → indices into described
-  size_t my_first = 0;
   for (int r = 0; r < static_cast<int>(all.size()); ++r) {
-    if (r == world.rank()) my_first = described.size();
     for (auto& j : Json::parse(all[static_cast<size_t>(r)])) {
       Described d;
       d.rank = r;
@@ -207,6 +232,8 @@ ShardedSave prepare_sharded_save(ProcessGroup& world, const std::vector<ShardedT
       d.local_shape = j[4].get<std::vector<int64_t>>();
       d.optimizer = j[5].get<bool>();
       d.bytes = j[6].get<int64_t>();
+      if (!j[7].is_null()) d.local_offset = j[7].get<std::vector<int64_t>>();
+      d.entry = j[8].get<size_t>();
       holders[shard_id(d.name, d.offset)].push_back(described.size());
       described.push_back(std::move(d));
     }
@@ -230,9 +257,13 @@ ShardedSave prepare_sharded_save(ProcessGroup& world, const std::vector<ShardedT
         if (described[i].rank == owner[k]) writes.insert(i);
   }
 
+  // A rank stores an entry's whole local tensor when it writes any of its chunks.
   ShardedSave out;
-  for (size_t k = 0; k < entries.size(); ++k)
-    if (writes.count(my_first + k)) (entries[k].optimizer ? out.optimizer : out.model)[entries[k].name] = entries[k].local;
+  for (size_t i : writes) {
+    if (described[i].rank != world.rank()) continue;
+    const ShardedTensorEntry& e = entries[described[i].entry];
+    (e.optimizer ? out.optimizer : out.model)[e.name] = e.local;
+  }
   if (world.rank() != 0) return out;
 
   Json state = Json::object(), storage = Json::object();
@@ -263,11 +294,14 @@ ShardedSave prepare_sharded_save(ProcessGroup& world, const std::vector<ShardedT
     std::vector<int> group;
     for (size_t i : idx) group.push_back(described[i].rank);
     Json files = Json::array();
-    for (size_t i : idx)
-      if (writes.count(i))
-        files.push_back({{"file_name", file_name(described[i].optimizer, described[i].rank, world.size())},
-                         {"storage_rank", described[i].rank},
-                         {"rank_group", group}});
+    for (size_t i : idx) {
+      if (!writes.count(i)) continue;
+      Json file = {{"file_name", file_name(described[i].optimizer, described[i].rank, world.size())},
+                   {"storage_rank", described[i].rank},
+                   {"rank_group", group}};
+      if (!described[i].local_offset.empty()) file["local_offset"] = described[i].local_offset;
+      files.push_back(std::move(file));
+    }
     storage[id] = files;
   }
   out.metadata = {{"state_dict_metadata", state}, {"storage_data", storage}};
@@ -313,47 +347,62 @@ void load_resharded(const std::string& dir_str, std::vector<ShardedTensorEntry>&
       problems.push_back("missing: " + e.name);
       continue;
     }
-    if (it->second.global_shape != dims_of(e.placement.global_shape)) {
+    if (it->second.global_shape != dims_of(e.global_shape)) {
       problems.push_back("shape mismatch: " + e.name + " is " + shape_of(it->second.global_shape).str() +
-                         " in the checkpoint but " + e.placement.global_shape.str() + " in the model");
+                         " in the checkpoint but " + e.global_shape.str() + " in the model");
       continue;
     }
-    LOOM_CHECK(e.local.defined() && e.local.shape() == e.placement.local_shape, ShapeError, "load of '", e.name,
-               "': the target tensor must be allocated with its placement's shape ", e.placement.local_shape.str());
+    LOOM_CHECK(e.local.defined(), ShapeError, "load of '", e.name, "': the target tensor must be allocated");
     int64_t covered = 0;
-    const int nd = e.placement.global_shape.ndim();
-    for (const Chunk& c : it->second.chunks) {
-      // Overlap of the saved chunk with the rows this rank holds now.
-      std::vector<int64_t> lo(static_cast<size_t>(nd)), len(static_cast<size_t>(nd));
-      bool empty = false;
-      for (int a = 0; a < nd; ++a) {
-        const int64_t mine_lo = e.placement.global_offset[static_cast<size_t>(a)], mine_hi = mine_lo + e.placement.local_shape[a];
-        const int64_t c_lo = c.offset[static_cast<size_t>(a)], c_hi = c_lo + c.shape[static_cast<size_t>(a)];
-        lo[static_cast<size_t>(a)] = std::max(mine_lo, c_lo);
-        len[static_cast<size_t>(a)] = std::min(mine_hi, c_hi) - lo[static_cast<size_t>(a)];
-        empty = empty || len[static_cast<size_t>(a)] <= 0;
+    const int nd = e.global_shape.ndim();
+    for (const nn::Piece& piece : e.pieces) {
+      for (const Chunk& c : it->second.chunks) {
+        // Overlap of the saved chunk with this piece of what the rank holds now.
+        std::vector<int64_t> lo(static_cast<size_t>(nd)), len(static_cast<size_t>(nd));
+        bool empty = false;
+        for (size_t a = 0; a < static_cast<size_t>(nd); ++a) {
+          const int64_t mine_lo = piece.global_offset[a], mine_hi = mine_lo + piece.shape[static_cast<int>(a)];
+          const int64_t c_lo = c.offset[a], c_hi = c_lo + c.shape[a];
+          lo[a] = std::max(mine_lo, c_lo);
+          len[a] = std::min(mine_hi, c_hi) - lo[a];
+          empty = empty || len[a] <= 0;
+        }
+        if (empty) continue;
+        const Holder* holder = nullptr;
+        for (const auto& h : c.holders)
+          if (fs::exists(dir / h.file)) {
+            holder = &h;
+            break;
+          }
+        LOOM_CHECK(holder != nullptr, CheckpointError, "checkpoint '", dir.string(), "' is incomplete: shard ",
+                   shard_id(e.name, c.offset), " is in '", c.holders.front().file, "', which is missing");
+        const models::SafetensorsFile& f = file(holder->file);
+        LOOM_CHECK(f.contains(e.name), CheckpointError, "'", (dir / holder->file).string(), "' should hold '", e.name,
+                   "' (metadata.json says so) but does not; the checkpoint is damaged");
+        Tensor src = f.tensor(e.name);
+        // The stored tensor is the chunk itself, or (several chunks per rank) holds it at local_offset.
+        std::vector<int64_t> at = holder->local_offset;
+        if (at.empty()) {
+          LOOM_CHECK(dims_of(src.shape()) == c.shape, CheckpointError, "'", (dir / holder->file).string(), "': '", e.name,
+                     "' is ", src.shape().str(), " but metadata.json says ", shape_of(c.shape).str());
+          at.assign(static_cast<size_t>(nd), 0);
+        }
+        bool inside = src.dim() == nd && at.size() == static_cast<size_t>(nd);
+        for (int a = 0; inside && a < nd; ++a) inside = at[static_cast<size_t>(a)] + c.shape[static_cast<size_t>(a)] <= src.size(a);
+        LOOM_CHECK(inside, CheckpointError, "'", (dir / holder->file).string(), "': '", e.name, "' is ", src.shape().str(),
+                   " and cannot hold the chunk at ", shape_id_offset(at), " of ", shape_of(c.shape).str(),
+                   " that metadata.json names; the checkpoint is damaged");
+        Tensor dst = e.local;
+        int64_t volume = 1;
+        for (int a = 0; a < nd; ++a) {
+          const size_t u = static_cast<size_t>(a);
+          src = src.narrow(a, at[u] + lo[u] - c.offset[u], len[u]);
+          dst = dst.narrow(a, piece.local_offset[u] + lo[u] - piece.global_offset[u], len[u]);
+          volume *= len[u];
+        }
+        dst.copy_(src);
+        covered += volume;
       }
-      if (empty) continue;
-      std::string holder;
-      for (const auto& f : c.files)
-        if (fs::exists(dir / f)) { holder = f; break; }
-      LOOM_CHECK(!holder.empty(), CheckpointError, "checkpoint '", dir.string(), "' is incomplete: shard ",
-                 shard_id(e.name, c.offset), " is in '", c.files.front(), "', which is missing");
-      const models::SafetensorsFile& f = file(holder);
-      LOOM_CHECK(f.contains(e.name), CheckpointError, "'", (dir / holder).string(), "' should hold '", e.name,
-                 "' (metadata.json says so) but does not; the checkpoint is damaged");
-      Tensor src = f.tensor(e.name);
-      LOOM_CHECK(dims_of(src.shape()) == c.shape, CheckpointError, "'", (dir / holder).string(), "': '", e.name, "' is ",
-                 src.shape().str(), " but metadata.json says ", shape_of(c.shape).str());
-      Tensor dst = e.local;
-      int64_t volume = 1;
-      for (int a = 0; a < nd; ++a) {
-        src = src.narrow(a, lo[static_cast<size_t>(a)] - c.offset[static_cast<size_t>(a)], len[static_cast<size_t>(a)]);
-        dst = dst.narrow(a, lo[static_cast<size_t>(a)] - e.placement.global_offset[static_cast<size_t>(a)], len[static_cast<size_t>(a)]);
-        volume *= len[static_cast<size_t>(a)];
-      }
-      dst.copy_(src);
-      covered += volume;
     }
     if (covered != e.local.numel())
       problems.push_back("incomplete: " + e.name + " (" + std::to_string(covered) + " of " +

@@ -118,36 +118,52 @@ Parameter* Module::find_parameter(const std::string& path) {
 
 std::map<std::string, Tensor> Module::state_dict() {
   std::map<std::string, Tensor> out;
-  for (auto& [n, p] : named_parameters()) out[n] = p->tensor.detach();
+  for (auto& [n, p] : named_parameters()) out[n] = p->local().detach();
   for (auto& [n, b] : named_buffers()) out[n] = b->detach();
   return out;
 }
 
+namespace {
+
+// The box of `t` a piece names, in local or global coordinates.
+Tensor box(Tensor t, const std::vector<int64_t>& offset, const Shape& shape) {
+  for (int d = 0; d < shape.ndim(); ++d) t = t.narrow(d, offset[static_cast<size_t>(d)], shape[d]);
+  return t;
+}
+
+// The local tensor of `p` to write into: allocated (local shape) when it is still on meta.
+Tensor& writable_local(Parameter& p) {
+  Tensor& local = p.local_shard.defined() ? p.local_shard : p.tensor;
+  if (local.is_meta()) {
+    const bool grad = local.requires_grad();
+    local = Tensor::empty(p.local_shape(), p.dtype);
+    if (grad) local.set_requires_grad(true);
+  }
+  return local;
+}
+
+}  // namespace
+
 void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict, const std::string& source) {
   std::vector<std::string> problems;
-  std::map<std::string, Tensor*> targets;
+  auto params = named_parameters();
+  auto buffers = named_buffers();
   std::map<std::string, Shape> shapes;
-  for (auto& [n, p] : named_parameters()) {
-    targets[n] = &p->tensor;
-    shapes[n] = p->global_shape;
-  }
-  for (auto& [n, b] : named_buffers()) {
-    targets[n] = b;
-    shapes[n] = b->shape();
-  }
-  for (auto& [n, t] : targets) {
+  for (auto& [n, p] : params) shapes[n] = p->global_shape;
+  for (auto& [n, b] : buffers) shapes[n] = b->shape();
+  for (auto& [n, shape] : shapes) {
     auto it = state.find(n);
     if (it == state.end()) {
-      if (strict) problems.push_back("missing: " + n + " " + shapes[n].str());
+      if (strict) problems.push_back("missing: " + n + " " + shape.str());
       continue;
     }
-    if (it->second.shape() != t->shape())
-      problems.push_back("shape mismatch: " + n + " is " + it->second.shape().str() +
-                         " in the source but " + t->shape().str() + " in the model");
+    if (it->second.shape() != shape)
+      problems.push_back("shape mismatch: " + n + " is " + it->second.shape().str() + " in the source but " +
+                         shape.str() + " in the model");
   }
   if (strict)
     for (auto& [n, t] : state)
-      if (!targets.count(n)) problems.push_back("unexpected: " + n + " " + t.shape().str());
+      if (!shapes.count(n)) problems.push_back("unexpected: " + n + " " + t.shape().str());
   if (!problems.empty()) {
     std::ostringstream os;
     os << "cannot load " << source << " into the model (" << problems.size() << " problem"
@@ -159,16 +175,60 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
     throw CheckpointError(os.str());
   }
   autograd::NoGradGuard no_grad;
-  for (auto& [n, t] : targets) {
+  for (auto& [n, p] : params) {
     auto it = state.find(n);
     if (it == state.end()) continue;
-    if (t->is_meta()) {
-      // Loading into a meta model materialises that tensor with the loaded values.
-      Tensor fresh = it->second.to(t->dtype()).clone();
-      if (t->requires_grad()) fresh.set_requires_grad(true);
-      *t = fresh;
-    } else {
-      t->copy_(it->second);
+    Tensor& local = writable_local(*p);
+    for (const Piece& piece : p->pieces())
+      box(local, piece.local_offset, piece.shape).copy_(box(it->second, piece.global_offset, piece.shape));
+  }
+  for (auto& [n, b] : buffers) {
+    auto it = state.find(n);
+    if (it == state.end()) continue;
+    if (b->is_meta()) *b = it->second.to(b->dtype()).clone();
+    else b->copy_(it->second);
+  }
+}
+
+void initialize_parameter(Parameter& p, const std::string& name, uint64_t seed) {
+  autograd::NoGradGuard no_grad;
+  Tensor local = p.local();
+  LOOM_CHECK(!local.is_meta(), DeviceError, "initialize_parameter: '", name, "' is on the meta device; allocate it first");
+  const Init& init = p.init;
+  if (init.kind != Init::Kind::normal && init.kind != Init::Kind::uniform) {
+    if (init.kind == Init::Kind::zeros) local.zero_();
+    else local.fill_(init.kind == Init::Kind::ones ? 1.0 : init.a);
+    return;
+  }
+  const RngState stream{seed, stream_id(name), 0};
+  const Shape& g = p.global_shape;
+  const int nd = g.ndim();
+  auto fill = [&](Tensor t, int64_t first) {
+    if (init.kind == Init::Kind::normal) fill_normal(t, init.a, init.b, stream, first);
+    else fill_uniform(t, init.a, init.b, stream, first);
+  };
+  if (nd == 0) return fill(local, 0);
+  const Shape strides = contiguous_strides(g);
+  for (const Piece& piece : p.pieces()) {
+    Tensor view = box(local, piece.local_offset, piece.shape);
+    // The trailing dims the piece covers whole are one run of consecutive global indices; the
+    // leading dims are walked index by index.
+    int run_dims = 0;
+    while (run_dims < nd && (run_dims == 0 || piece.shape[nd - run_dims] == g[nd - run_dims])) ++run_dims;
+    const int lead = nd - run_dims;
+    std::vector<int64_t> idx(static_cast<size_t>(lead), 0);
+    while (true) {
+      Tensor run = view;
+      int64_t first = 0;
+      for (int d = 0; d < nd; ++d) {
+        const int64_t at = d < lead ? idx[static_cast<size_t>(d)] : 0;
+        first += (piece.global_offset[static_cast<size_t>(d)] + at) * strides[d];
+      }
+      for (int d = lead - 1; d >= 0; --d) run = run.select(d, idx[static_cast<size_t>(d)]);
+      fill(run, first);
+      int d = lead - 1;
+      while (d >= 0 && ++idx[static_cast<size_t>(d)] == piece.shape[d]) idx[static_cast<size_t>(d--)] = 0;
+      if (d < 0) break;
     }
   }
 }
@@ -176,18 +236,11 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
 void Module::materialize(uint64_t seed, Device device) {
   autograd::NoGradGuard no_grad;
   for (auto& [name, p] : named_parameters()) {
-    if (!p->tensor.is_meta()) continue;
-    Tensor t = Tensor::empty(p->tensor.shape(), p->dtype, device);
-    const Init& init = p->init;
-    switch (init.kind) {
-      case Init::Kind::normal: fill_normal(t, init.a, init.b, RngState{seed, stream_id(name), 0}); break;
-      case Init::Kind::uniform: fill_uniform(t, init.a, init.b, RngState{seed, stream_id(name), 0}); break;
-      case Init::Kind::zeros: t.zero_(); break;
-      case Init::Kind::ones: t.fill_(1.0); break;
-      case Init::Kind::constant: t.fill_(init.a); break;
-    }
-    t.set_requires_grad(p->trainable);
-    p->tensor = t;
+    Tensor& local = p->local_shard.defined() ? p->local_shard : p->tensor;
+    if (!local.is_meta()) continue;
+    local = Tensor::empty(p->local_shape(), p->dtype, device);
+    initialize_parameter(*p, name, seed);
+    local.set_requires_grad(p->trainable);
   }
   for (auto& [path, m] : named_modules())
     for (auto& [n, b] : m->buffers_)
@@ -196,8 +249,15 @@ void Module::materialize(uint64_t seed, Device device) {
 
 bool Module::is_materialized() {
   for (auto& [n, p] : named_parameters())
-    if (p->tensor.is_meta()) return false;
+    if (p->local().is_meta()) return false;
   return true;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::local_parameters() {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [n, p] : named_parameters())
+    if (p->trainable) out.emplace_back(n, p->local());
+  return out;
 }
 
 int64_t Module::num_parameters(bool trainable_only) {

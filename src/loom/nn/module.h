@@ -16,6 +16,7 @@
 
 #include "loom/core/rng.h"
 #include "loom/core/tensor.h"
+#include "loom/nn/placement.h"
 
 namespace loom::nn {
 
@@ -33,19 +34,31 @@ struct Init {
 };
 
 struct Parameter {
-  // The tensor forward uses. Strategies may replace it (e.g. FSDP swaps in its shard / gathered
-  // copy); `global_shape` stays the full logical shape.
+  // The tensor forward uses: the whole parameter, or this rank's slice when a strategy splits it
+  // (tensor parallelism). Under FSDP it is a leaf whose storage FSDP points at the gathered copy
+  // around forward and backward (and at nothing in between).
   Tensor tensor;
+  // The full logical shape: what checkpoints and HF weights hold.
   Shape global_shape;
+  // How local() sits in global_shape (placement.h); empty = the whole parameter.
+  Placement placement;
+  // The persistent piece this rank owns, when a strategy keeps one apart from `tensor` (FSDP's
+  // shard); local() is what the optimizer updates and checkpoints store.
+  Tensor local_shard;
   DType dtype = DType::f32;
   Init init;
   // Default: decayed unless 1-D or a bias (the optimizer's include/exclude rules override).
   bool weight_decay = true;
   bool trainable = true;
-  // Filled by the parallelism step, read by grad-norm and checkpoint code: which mesh axes shard
-  // this parameter (axis name → tensor dim) and over which it is replicated. Empty = one copy.
-  std::map<std::string, int> sharded_dims;
+
+  const Tensor& local() const { return local_shard.defined() ? local_shard : tensor; }
+  Shape local_shape() const { return placement.local_shape(global_shape); }
+  std::vector<Piece> pieces() const { return placement.pieces(global_shape); }
 };
+
+// Fills p.local() (allocated) from p.init with the Philox stream of `name` by global element
+// index: every slice of every layout gets the numbers the whole tensor has at those positions.
+void initialize_parameter(Parameter& p, const std::string& name, uint64_t seed);
 
 using TensorFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 // Wraps a module's forward: gets the inner forward and the tensor inputs, returns the outputs.
@@ -70,17 +83,21 @@ class Module {
   Parameter* find_parameter(const std::string& path);
 
   // ---- Parameters and state ------------------------------------------------------------------
-  // All parameters and persistent buffers by dotted name (tensors share storage with the model).
+  // Every parameter's local tensor (Parameter::local()) and persistent buffer by dotted name; the
+  // tensors share storage with the model.
   std::map<std::string, Tensor> state_dict();
-  // Copies values in. strict: missing and unexpected names are errors. Every problem (missing,
-  // unexpected, wrong shape) is listed in one CheckpointError naming `source`.
+  // Copies whole (global-shape) tensors in: each parameter takes the pieces its placement owns.
+  // strict: missing and unexpected names are errors. Every problem (missing, unexpected, wrong
+  // shape) is listed in one CheckpointError naming `source`.
   void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true,
                        const std::string& source = "state dict");
-  // Allocates every meta parameter/buffer on `device` and initialises it from the Philox stream
-  // keyed by (seed, full parameter name): the same values whatever the parallel layout.
+  // Allocates every meta parameter (its local shape) and buffer on `device` and initialises the
+  // parameters with initialize_parameter: the same values whatever the parallel layout.
   void materialize(uint64_t seed, Device device = Device::cpu());
   bool is_materialized();
   int64_t num_parameters(bool trainable_only = false);
+  // (name, local tensor) of every trainable parameter in model order: what an optimizer steps.
+  std::vector<std::pair<std::string, Tensor>> local_parameters();
   void zero_grad();
 
   // ---- Forward interception (used by parallelism / memory / profiler strategies) --------------

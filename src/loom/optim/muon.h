@@ -72,7 +72,8 @@ class Muon : public Optimizer {
   UpdateRule rule_of(const std::string& name) const;
 
   // Per-head max logits of this step, consumed by the next step() (when QK-clip is enabled).
-  void set_qk_clip_inputs(std::vector<QkClipLayer> layers) { qk_inputs_ = std::move(layers); }
+  bool uses_qk_clip() const override { return options_.qk_clip_enabled; }
+  void set_qk_clip_inputs(std::vector<QkClipLayer> layers) override { qk_inputs_ = std::move(layers); }
   const QkClipResult& last_qk_clip() const { return last_qk_clip_; }
 
  protected:

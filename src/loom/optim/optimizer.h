@@ -17,6 +17,7 @@
 #include "loom/core/allocator.h"
 #include "loom/optim/lr_scheduler.h"
 #include "loom/optim/named_param.h"
+#include "loom/optim/qk_clip.h"
 
 namespace loom::optim {
 
@@ -78,6 +79,11 @@ class Optimizer {
   void relocate_state(CachingAllocator& pool);
   // Bytes of that state.
   int64_t state_bytes() const;
+
+  // QK-clip (Muon): whether the optimizer wants each step's per-head max attention logits, and
+  // their hand-over before step(). Optimizers without it ignore them.
+  virtual bool uses_qk_clip() const { return false; }
+  virtual void set_qk_clip_inputs(std::vector<QkClipLayer> /*layers*/) {}
 
  protected:
   explicit Optimizer(double learning_rate) : learning_rate_(learning_rate) {}

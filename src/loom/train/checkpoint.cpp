@@ -259,7 +259,7 @@ void CheckpointManager::rotate(int64_t just_saved) {
   }
 }
 
-LoadedCheckpoint CheckpointManager::load_state(const std::string& load_path) const {
+LoadedCheckpoint CheckpointManager::load_state(const std::string& load_path, bool load_optimizer) const {
   ResolvedLoadPath where = resolve_load_path(load_path);
   LoadedCheckpoint out;
   out.dir = where.dir;
@@ -281,6 +281,16 @@ LoadedCheckpoint CheckpointManager::load_state(const std::string& load_path) con
           if (f.contains("file_name"))
             LOOM_CHECK(fs::exists(dir / f["file_name"].get<std::string>()), CheckpointError, "checkpoint '", dir.string(),
                        "' is incomplete: metadata.json names '", f["file_name"].get<std::string>(), "' which is missing");
+  }
+  if (load_optimizer) {
+    bool has_optimizer_file = false;
+    for (auto& e : fs::directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      has_optimizer_file = has_optimizer_file || (name.find("opt-") != std::string::npos && e.path().extension() == ".safetensors");
+    }
+    LOOM_CHECK(has_optimizer_file, CheckpointError, "checkpoint '", dir.string(), "' has no optimizer state (no "
+               "*-opt-*.safetensors file); it was saved with no_save_optim. Set checkpoint.no_load_optim: True to load "
+               "only the weights");
   }
   return out;
 }

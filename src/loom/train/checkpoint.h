@@ -116,8 +116,9 @@ class CheckpointManager {
   LoadedCheckpoint load(const std::string& load_path, bool load_optimizer,
                         const std::function<std::map<std::string, Tensor>(const std::string&)>& load_hf = {}) const;
   // The folder, common.json and its "loom" extras only (the tensors are read by the caller, e.g.
-  // resharded by dist::load_resharded); checks that every file metadata.json names exists.
-  LoadedCheckpoint load_state(const std::string& load_path) const;
+  // resharded by dist::load_resharded); checks that every file metadata.json names exists and,
+  // with `load_optimizer`, that the checkpoint holds optimizer state at all.
+  LoadedCheckpoint load_state(const std::string& load_path, bool load_optimizer = false) const;
 
  private:
   void write(const CheckpointContents& c);

@@ -23,17 +23,13 @@ void check_distributed_support(const config::TrainConfig& config, const config::
              "); use AdamW, or set parallelism.data_parallel_shard: 1 to replicate the weights (plain data parallelism)");
 }
 
-dist::FsdpOptions fsdp_options(const config::ParallelismConfig& parallelism, const config::ParallelLayout& layout) {
+dist::FsdpOptions fsdp_options(const config::ParallelismConfig& parallelism, const dist::ParallelDims& dims) {
   dist::FsdpOptions o;
   o.reshard_after_forward_policy = parallelism.reshard_after_forward_policy;
-  o.pipeline_parallel = layout.dims.pp() > 1;
+  o.pipeline_parallel = dims.pp() > 1;
   o.disable_gradient_division = parallelism.disable_gradient_division;
   o.cpu_offload = parallelism.cpu_offload;
   return o;
-}
-
-double mean_over_ranks(dist::ProcessGroup& world, double value) {
-  return world.all_reduce_scalar(value) / static_cast<double>(world.size());
 }
 
 void max_over_ranks(dist::ProcessGroup& world, std::vector<optim::QkClipLayer>& layers) {
@@ -49,10 +45,9 @@ void max_over_ranks(dist::ProcessGroup& world, std::vector<optim::QkClipLayer>& 
     for (float& v : l.max_logits) v = flat[k++];
 }
 
-void shard_checkpoint_contents(CheckpointContents& c, dist::FullyShardedModel* fsdp, dist::ProcessGroup& world,
+void shard_checkpoint_contents(CheckpointContents& c, nn::Module& module, dist::ProcessGroup& world,
                                const std::optional<std::string>& prefix, bool remove_redundancy) {
-  std::map<std::string, Tensor> model = fsdp ? fsdp->sharded_state_dict() : c.model;
-  auto entries = dist::checkpoint_entries(fsdp, world, model, c.optimizer);
+  auto entries = dist::checkpoint_entries(module, c.model, c.optimizer);
   dist::ShardedSave s = dist::prepare_sharded_save(
       world, entries,
       [&prefix](bool optimizer, int rank, int world_size) {
@@ -61,7 +56,9 @@ void shard_checkpoint_contents(CheckpointContents& c, dist::FullyShardedModel* f
       remove_redundancy);
   c.model = std::move(s.model);
   c.optimizer = std::move(s.optimizer);
-  c.metadata = std::move(s.metadata);
+  // The reference writes metadata.json for multi-card checkpoints only; one process holds whole
+  // tensors, which load_resharded reads without it.
+  if (world.size() > 1) c.metadata = std::move(s.metadata);
 }
 
 }  // namespace loom::train

@@ -1,7 +1,7 @@
-// The trainer's multi-process pieces (semantics.md §1.2, spec parallel_training.md): which
-// layouts this build trains, the FSDP options from the parallelism section, the values every
-// rank must agree on (logged loss, grad norm, routing counts, QK-clip maxima), and sharded
-// checkpoint contents. Kept out of trainer.cpp so the single-process loop stays readable.
+// The trainer's parallel pieces (semantics.md §1.2, spec parallel_training.md): which layouts
+// this build trains, the FSDP options from the parallelism section, the QK-clip maxima every rank
+// must agree on, and the sharded checkpoint contents. They work on a mesh of any size (one
+// process included), so the trainer calls them unconditionally.
 #pragma once
 
 #include <map>
@@ -12,6 +12,7 @@
 #include "loom/config/parallel_layout.h"
 #include "loom/config/sections.h"
 #include "loom/dist/fsdp.h"
+#include "loom/nn/module.h"
 #include "loom/optim/named_param.h"
 #include "loom/optim/qk_clip.h"
 #include "loom/train/checkpoint.h"
@@ -22,16 +23,14 @@ namespace loom::train {
 // arrive with later issues; Muon needs whole matrices, so no FSDP sharding with it).
 void check_distributed_support(const config::TrainConfig& config, const config::ParallelLayout& layout);
 
-dist::FsdpOptions fsdp_options(const config::ParallelismConfig& parallelism, const config::ParallelLayout& layout);
-
-// Mean of a per-rank value over every rank (the reference's all_reduce(loss, SUM) / world).
-double mean_over_ranks(dist::ProcessGroup& world, double value);
+dist::FsdpOptions fsdp_options(const config::ParallelismConfig& parallelism, const dist::ParallelDims& dims);
 
 // QK-clip inputs: per-head maxima over every rank.
 void max_over_ranks(dist::ProcessGroup& world, std::vector<optim::QkClipLayer>& layers);
 
-// Sharded checkpoint contents of this rank (model, optimizer and, on rank 0, metadata.json).
-void shard_checkpoint_contents(CheckpointContents& contents, dist::FullyShardedModel* fsdp, dist::ProcessGroup& world,
+// Sharded checkpoint contents of this rank: what its files hold (its pieces of every tensor,
+// placed by the parameters' placements) and, on rank 0 of a multi-process run, metadata.json.
+void shard_checkpoint_contents(CheckpointContents& contents, nn::Module& module, dist::ProcessGroup& world,
                                const std::optional<std::string>& prefix, bool remove_redundancy);
 
 }  // namespace loom::train

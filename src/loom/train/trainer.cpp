@@ -17,7 +17,6 @@
 #include "loom/core/trace.h"
 #include "loom/data/loader_options.h"
 #include "loom/dist/sharded_checkpoint.h"
-#include "loom/ops/elementwise.h"
 #include "loom/optim/grad_norm.h"
 #include "loom/optim/lr_scheduler.h"
 #include "loom/optim/optimizer_factory.h"
@@ -70,73 +69,100 @@ Trainer::~Trainer() {
 }
 
 void Trainer::build() {
-  if (!options_.run_dir.empty() && options_.rank == 0) {
-    std::error_code ec;
-    fs::create_directories(options_.run_dir, ec);
-    LOOM_CHECK(!ec, IOError, "cannot create the run directory '", options_.run_dir, "': ", ec.message(),
-               " (pass --output with a writable path)");
-  }
+  prepare_run_directory();
   LOOM_CHECK(!config_.lora_config, ConfigError,
              "lora_config: LoRA fine-tuning is not supported by Loom yet; remove the section to train all "
              "parameters");
   apply_thread_env();
   peak_gflops_ = peak_flops(num_threads()).gflops * options_.world_size;
-  const auto& training = config_.training;
-  manual_seed(static_cast<uint64_t>(training.seed));
+  manual_seed(static_cast<uint64_t>(config_.training.seed));
 
   // Parallel layout and gradient accumulation (the spec's rules, shared with check-config).
-  config::ParallelLayout layout = config::resolve_layout(config_, options_.world_size);
+  const config::ParallelLayout layout = config::resolve_layout(config_, options_.world_size);
   state_.num_accumulation_steps = layout.num_accumulation_steps;
-  if (layout.samples_per_step != training.global_batch_size)
-    log::warn("training.global_batch_size ", training.global_batch_size, " is not a multiple of data_parallel × "
+  if (layout.samples_per_step != config_.training.global_batch_size)
+    log::warn("training.global_batch_size ", config_.training.global_batch_size, " is not a multiple of data_parallel × "
               "local_batch_size = ", layout.samples_per_micro_step, ": each step trains on ", layout.samples_per_step,
               " samples (", layout.num_accumulation_steps, " micro-batches)");
+  check_distributed_support(config_, layout);
 
-  // Several processes: the mesh of the layout (every limitation was checked above).
-  if (options_.world_size > 1) {
-    LOOM_CHECK(options_.world != nullptr && options_.world->size() == options_.world_size, DistError,
-               "TrainerOptions: world_size is ", options_.world_size, " but no matching world process group was given");
-    check_distributed_support(config_, layout);
-    mesh_ = std::make_shared<dist::DeviceMesh>(options_.world, layout.dims);
-    std::vector<int> everyone(static_cast<size_t>(options_.world_size));
-    for (int r = 0; r < options_.world_size; ++r) everyone[static_cast<size_t>(r)] = r;
-    checkpoint_group_ = std::shared_ptr<dist::ProcessGroup>(options_.world->split("checkpoint", everyone));
+  build_mesh(layout);
+  build_model();
+  build_data(layout);
+  build_optimizer();
+  build_checkpointing();
+  build_monitoring();
+  if (!config_.checkpoint.load_path.empty()) resume(config_.checkpoint.load_path);
+  checkpoints_->prepare_async(checkpoint_contents());
+  log::info("model: ", model_->module().num_parameters(), " parameters, ", model_->num_layers(), " layers; ",
+            state_.num_accumulation_steps, " micro-batch", state_.num_accumulation_steps > 1 ? "es" : "",
+            " of ", config_.training.local_batch_size, " × ", seq_length_, " tokens per step; peak ",
+            peak_flops(num_threads()).description);
+}
+
+void Trainer::prepare_run_directory() {
+  if (options_.run_dir.empty() || options_.rank != 0) return;
+  std::error_code ec;
+  fs::create_directories(options_.run_dir, ec);
+  LOOM_CHECK(!ec, IOError, "cannot create the run directory '", options_.run_dir, "': ", ec.message(),
+             " (pass --output with a writable path)");
+  const fs::path existing = fs::path(options_.run_dir) / "metrics.jsonl";
+  if (fs::exists(existing) && fs::file_size(existing, ec) > 0)
+    log::warn("run directory ", options_.run_dir, " already has metrics.jsonl: this run's steps are appended to it "
+              "(nothing is overwritten); pass a new --output to keep runs apart");
+}
+
+void Trainer::build_mesh(const config::ParallelLayout& layout) {
+  // One process is a mesh of size one: the same groups, each of one rank.
+  std::shared_ptr<dist::ProcessGroup> world = options_.world;
+  if (!world) {
+    LOOM_CHECK(options_.world_size == 1, DistError, "TrainerOptions: world_size is ", options_.world_size,
+               " but no world process group was given");
+    world = std::shared_ptr<dist::ProcessGroup>(dist::make_single_rank_group("world"));
   }
+  LOOM_CHECK(world->size() == options_.world_size, DistError, "TrainerOptions: world_size is ", options_.world_size,
+             " but the world process group has ", world->size(), " ranks");
+  mesh_ = std::make_shared<dist::DeviceMesh>(world, layout.dims);
+  std::vector<int> everyone(static_cast<size_t>(world->size()));
+  for (int r = 0; r < world->size(); ++r) everyone[static_cast<size_t>(r)] = r;
+  checkpoint_group_ = std::shared_ptr<dist::ProcessGroup>(world->split("checkpoint", everyone));
+}
 
-  // Model on the meta device → memory policy → (FSDP shards, initialised slice by slice) or weights.
-  // Strategy order (DESIGN.md): TP/SP → CP → EP → PP → recompute/swap → FSDP.
+void Trainer::build_model() {
+  // Built on the meta device, parallelized (strategies in the documented order, the memory policy
+  // among them), then each rank initialises its own pieces with the one-process values.
   model_ = model_factory_(config_.model);
   LOOM_CHECK(model_ != nullptr, ConfigError, "model: no model was built");
-  // Injected losses (MoE balance, MTP) get the backward factor of the main loss: sense / A.
-  model_->set_backward_scale(loss_sense() / static_cast<double>(state_.num_accumulation_steps));
-  if (!mesh_) model_->module().materialize(static_cast<uint64_t>(training.seed));
   const int64_t total_layers = model_->num_layers() + model_->num_mtp_layers();
-  memory::RecomputeOptions rc = recompute_options(config_.recompute, config_.recompute_comm, total_layers);
-  memory::SwapOptions sw = swap_options(config_.swap, total_layers);
-  auto layers = model_->layers();
-  memory::MemoryPlan plan = memory::plan_memory(layers, model_->num_layers(), rc, sw);
-  memory_state_ = memory::apply_memory_plan(model_->module(), layers, plan, rc);
-  if (mesh_) {
-    fsdp_ = dist::apply_fsdp(model_->module(), mesh_, fsdp_options(config_.parallelism, layout));
-    fsdp_->materialize(static_cast<uint64_t>(training.seed));
-  }
+  const memory::RecomputeOptions rc = recompute_options(config_.recompute, config_.recompute_comm, total_layers);
+  const memory::SwapOptions sw = swap_options(config_.swap, total_layers);
+  dist::ParallelizeOptions po;
+  po.fsdp = fsdp_options(config_.parallelism, mesh_->dims());
+  po.memory_policy = [this, rc, sw](nn::Module& module) {
+    auto layers = model_->layers();
+    memory::MemoryPlan plan = memory::plan_memory(layers, model_->num_layers(), rc, sw);
+    memory_state_ = memory::apply_memory_plan(module, layers, plan, rc);
+  };
+  parallel_ = dist::parallelize(model_->module(), mesh_, po);
+  parallel_->materialize(static_cast<uint64_t>(config_.training.seed));
+  // Injected losses (MoE balance, MTP) get the backward factor of the main loss.
+  model_->set_backward_scale(micro_batch_backward_scale(*parallel_, state_.num_accumulation_steps));
+  schedule_ = std::make_unique<PlainSchedule>(*model_, *parallel_, state_.num_accumulation_steps);
+}
 
-  // Data.
+void Trainer::build_data(const config::ParallelLayout& layout) {
   const auto& dims = layout.dims;
   data::ShardInfo shard = data::data_parallel_shard(options_.rank, options_.world_size, dims.tp(), dims.cp(), dims.pp());
-  nlohmann::ordered_json dataset_json = train_dataset_json(config_.train_dataset);
-  loader_ = data::build_data_loader(dataset_json, training.local_batch_size, shard);
+  loader_ = data::build_data_loader(train_dataset_json(config_.train_dataset), config_.training.local_batch_size, shard);
   seq_length_ = loader_->sample_options().sequence_length;
+}
 
-  // Schedule and optimizer.
-  scheduler_ = std::shared_ptr<optim::LrScheduler>(optim::build_lr_scheduler(lr_scheduler_json(config_.lr_scheduler), training.steps));
+void Trainer::build_optimizer() {
+  scheduler_ = std::shared_ptr<optim::LrScheduler>(
+      optim::build_lr_scheduler(lr_scheduler_json(config_.lr_scheduler), config_.training.steps));
+  // The optimizer steps on what each rank owns: its local pieces of the trainable parameters.
   optim::NamedParams params;
-  if (fsdp_) {
-    for (auto& [name, shard] : fsdp_->sharded_parameters()) params.push_back({name, shard});  // steps on shards
-  } else {
-    for (auto& [name, p] : model_->module().named_parameters())
-      if (p->trainable) params.push_back({name, p->tensor});
-  }
+  for (auto& [name, local] : model_->module().local_parameters()) params.push_back({name, local});
   optim::OptimizerContext context;
   context.model = model_->muon_info();
   context.swap = config_.swap.enable;
@@ -144,10 +170,11 @@ void Trainer::build() {
   optimizer_ = optim::build_optimizer(optimizer_json(config_.optimizer), params, context);
   optimizer_->set_lr_scheduler(scheduler_);
   // cpu_offload: the sharded optimizer state joins the sharded params and grads in the host pool.
-  if (fsdp_ && config_.parallelism.cpu_offload) optimizer_->relocate_state(host_pool());
-  if (auto* muon = dynamic_cast<optim::Muon*>(optimizer_.get())) model_->set_track_max_logits(muon->options().qk_clip_enabled);
+  if (config_.parallelism.cpu_offload) optimizer_->relocate_state(host_pool());
+  model_->set_track_max_logits(optimizer_->uses_qk_clip());
+}
 
-  // Checkpoints, metrics, profiler, callbacks.
+void Trainer::build_checkpointing() {
   CheckpointOptions ck;
   const auto& c = config_.checkpoint;
   ck.enable_save = c.enable_save;
@@ -161,18 +188,12 @@ void Trainer::build() {
   ck.no_load_optim = c.no_load_optim;
   ck.remove_redundancy = c.remove_redundancy;
   ck.load_balanced = c.load_balanced;
-  std::function<void()> barrier;
-  if (checkpoint_group_) barrier = [g = checkpoint_group_] { g->barrier(); };
-  checkpoints_ = std::make_unique<CheckpointManager>(ck, options_.rank, options_.world_size, barrier);
+  checkpoints_ = std::make_unique<CheckpointManager>(ck, options_.rank, options_.world_size,
+                                                     [g = checkpoint_group_] { g->barrier(); });
+}
 
+void Trainer::build_monitoring() {
   const bool writes = options_.rank == 0;
-  if (writes && !options_.run_dir.empty()) {
-    const fs::path existing = fs::path(options_.run_dir) / "metrics.jsonl";
-    std::error_code ec;
-    if (fs::exists(existing) && fs::file_size(existing, ec) > 0)
-      log::warn("run directory ", options_.run_dir, " already has metrics.jsonl: this run's steps are appended to it "
-                "(nothing is overwritten); pass a new --output to keep runs apart");
-  }
   std::string tb_dir = config_.monitor.tensorboard.output_dir;
   metrics_ = std::make_unique<MetricsWriter>(
       writes && !options_.run_dir.empty() ? (fs::path(options_.run_dir) / "metrics.jsonl").string() : "",
@@ -196,13 +217,6 @@ void Trainer::build() {
     const auto& cb = config_.callbacks[i];
     callbacks_.push_back(CallbackRegistry::instance().create(cb.type, cb.extras, "callbacks[" + std::to_string(i) + "]"));
   }
-
-  if (!c.load_path.empty()) resume(c.load_path);
-  checkpoints_->prepare_async(checkpoint_contents());
-  log::info("model: ", model_->module().num_parameters(), " parameters, ", model_->num_layers(), " layers; ",
-            state_.num_accumulation_steps, " micro-batch", state_.num_accumulation_steps > 1 ? "es" : "",
-            " of ", training.local_batch_size, " × ", seq_length_, " tokens per step; peak ",
-            peak_flops(num_threads()).description);
 }
 
 // ---- Resume ----------------------------------------------------------------------------------
@@ -210,31 +224,18 @@ void Trainer::build() {
 void Trainer::resume(const std::string& load_path) {
   const bool load_optim = !config_.checkpoint.no_load_optim;
   const ResolvedLoadPath where = resolve_load_path(load_path);
-  // Sharded runs, and checkpoints saved by several processes, load through the resharding path.
-  const bool resharded = !where.is_hf && (mesh_ || std::filesystem::exists(fs::path(where.dir) / "metadata.json"));
-  LoadedCheckpoint ck;
-  if (resharded) {
-    ck = checkpoints_->load_state(load_path);
-    load_resharded(ck.dir, load_optim);
-  } else if (where.is_hf && fsdp_) {
+  if (where.is_hf) {
     LOOM_CHECK(!load_optim, ConfigError, "checkpoint.load_path '", load_path,
                "' is a Hugging Face model folder: it has weights but no optimizer state, so training cannot resume "
                "from it; set checkpoint.no_load_optim: True to start from these weights");
-    fsdp_->load_full_state_dict(model_->load_hf(where.dir));
+    parallel_->load_full_state_dict(model_->load_hf(where.dir), where.dir);
     optimizer_->refresh_masters_from_params();
     log::info("initialised the model from Hugging Face weights in ", where.dir);
     return;
-  } else {
-    ck = checkpoints_->load(load_path, load_optim, [this](const std::string& dir) { return model_->load_hf(dir); });
-    model_->module().load_state_dict(ck.model, true, ck.dir);
-    if (ck.is_hf) {
-      optimizer_->refresh_masters_from_params();
-      log::info("initialised the model from Hugging Face weights in ", ck.dir);
-      return;
-    }
-    if (load_optim) optimizer_->load_state_dict(ck.optimizer);
-    else optimizer_->refresh_masters_from_params();
   }
+  // Whatever layout saved it (one process included): each rank reads the pieces it holds now.
+  const LoadedCheckpoint ck = checkpoints_->load_state(load_path, load_optim);
+  load_sharded(ck.dir, load_optim);
 
   // The reference: a changed global batch size rescales the step so the schedule position
   // follows the samples seen.
@@ -259,18 +260,10 @@ void Trainer::resume(const std::string& load_path) {
   log::info("resumed from ", ck.dir, " at step ", state_.global_step, " (", state_.consumed_samples, " samples consumed)");
 }
 
-void Trainer::load_resharded(const std::string& dir, bool load_optim) {
-  // Fill this rank's live shards (or whole tensors) in place, whatever layout saved them.
-  std::map<std::string, Tensor> model = fsdp_ ? fsdp_->sharded_state_dict() : model_->module().state_dict();
-  std::unique_ptr<dist::ProcessGroup> alone;
-  dist::ProcessGroup* group = mesh_ ? &mesh_->world() : nullptr;
-  if (!group) {
-    alone = dist::make_single_rank_group("world");
-    group = alone.get();
-  }
-  auto entries = dist::checkpoint_entries(fsdp_.get(), *group, model, optimizer_->state_dict());
-  dist::load_resharded(dir, entries, load_optim, mesh_ ? &mesh_->group("dp_replicate") : nullptr,
-                       config_.checkpoint.load_balanced);
+void Trainer::load_sharded(const std::string& dir, bool load_optim) {
+  // Fill this rank's live local tensors in place (parameters and optimizer state).
+  auto entries = dist::checkpoint_entries(model_->module(), model_->module().state_dict(), optimizer_->state_dict());
+  dist::load_resharded(dir, entries, load_optim, &mesh_->group("dp_replicate"), config_.checkpoint.load_balanced);
   if (!load_optim) {
     optimizer_->refresh_masters_from_params();
     return;
@@ -279,11 +272,6 @@ void Trainer::load_resharded(const std::string& dir, bool load_optim) {
   for (auto& e : entries)
     if (e.optimizer) opt[e.name] = e.local;
   optimizer_->load_state_dict(opt);
-}
-
-double Trainer::loss_sense() const {
-  if (options_.world_size <= 1 || !config_.parallelism.disable_gradient_division) return 1.0;
-  return 1.0 / static_cast<double>(options_.world_size / std::max(1, config_.parallelism.pipeline_parallel));
 }
 
 CheckpointContents Trainer::checkpoint_contents() {
@@ -296,8 +284,8 @@ CheckpointContents Trainer::checkpoint_contents() {
   c.model = model_->module().state_dict();
   c.model_config = model_json(config_.model);
   if (!config_.checkpoint.no_save_optim) c.optimizer = optimizer_->state_dict();
-  if (mesh_) shard_checkpoint_contents(c, fsdp_.get(), mesh_->world(), config_.checkpoint.prefix,
-                                       config_.checkpoint.remove_redundancy);
+  shard_checkpoint_contents(c, model_->module(), mesh_->world(), config_.checkpoint.prefix,
+                            config_.checkpoint.remove_redundancy);
   const RngState rng = default_generator().state();
   c.extra = {{"data", loader_->state()},
              {"rng", {{"seed", rng.seed}, {"stream", rng.stream}, {"offset", rng.offset}}},
@@ -318,90 +306,68 @@ void Trainer::fire(void (Callback::*event)(CallbackContext&), StepMetrics* metri
   for (auto& cb : callbacks_) (cb.get()->*event)(ctx);
 }
 
-void Trainer::train_step(StepMetrics& m) {
-  const int64_t A = state_.num_accumulation_steps;
-  optim::NamedParams params = optimizer_->named_params();
-  for (auto& p : params) p.param.set_grad(Tensor());
-  if (fsdp_) fsdp_->zero_grad();
-  const double sense = loss_sense();
-  double loss_sum = 0;
-  std::map<std::string, double> extras;
-  for (int64_t micro = 0; micro < A; ++micro) {
-    data::Batch batch;
-    {
-      LOOM_TRACE("step", "next batch");
-      batch = loader_->next();
-    }
-    state_.epoch = batch.epoch;
-    ForwardResult r;
-    {
-      LOOM_TRACE("step", "forward");
-      r = model_->forward(batch);
-    }
-    // loss / A, backward with sense 1/(world/pp) (1 on one process) — the reference's
-    // _forward_backward; FSDP then sums the grads over the data-parallel ranks.
-    Tensor scaled = A > 1 ? ops::scale(r.loss, 1.0 / static_cast<double>(A)) : r.loss;
-    {
-      LOOM_TRACE("step", "backward");
-      if (sense == 1.0) autograd::backward(scaled);
-      else autograd::backward(scaled, Tensor::full(scaled.shape(), sense, scaled.dtype()));
-    }
-    loss_sum += r.loss.item() / static_cast<double>(A);
-    for (const auto& [k, v] : r.extras) extras[k] += v / static_cast<double>(A);
-  }
-  optim::ReplicaFactorFn replica_factor;
-  optim::AllReduceSumFn all_reduce_sum;
-  if (mesh_) {
-    fsdp_->finish_backward();
-    // The logged loss is the mean over all ranks (the reference's all_reduce(SUM) / world).
-    loss_sum = mean_over_ranks(mesh_->world(), loss_sum);
-    for (auto& [k, v] : extras) v = mean_over_ranks(mesh_->world(), v);
-    replica_factor = [f = fsdp_.get()](const optim::NamedParam& p) { return static_cast<double>(f->replica_factor(p.name)); };
-    all_reduce_sum = [m = mesh_.get()](double v) { return m->world().all_reduce_scalar(v); };
-  }
-  const double max_norm = config_.training.max_norm;
+int64_t Trainer::train_step(StepMetrics& m) {
+  const StepResult r = schedule_->run_step([this] { return loader_->next(); });
+  state_.epoch = r.epoch;
   double grad_norm;
   {
     LOOM_TRACE("step", "grad norm");
-    grad_norm = optim::clip_grad_norm(params, max_norm, replica_factor, all_reduce_sum);
+    grad_norm = clip_gradients();
   }
-  // Health check: non-finite norms are never applied; with monitor.health_checkpoint set,
-  // norms above global_norm_skip_threshold are skipped too, at most global_norm_skip_time in a row.
-  const auto& health = config_.monitor.health_checkpoint;
-  const bool health_on = config_.is_explicit("monitor.health_checkpoint") ||
-                         config_.is_explicit("monitor.health_checkpoint.global_norm_skip_threshold");
-  bool skip = !std::isfinite(grad_norm) || !std::isfinite(loss_sum);
-  if (!skip && health_on && grad_norm > health.global_norm_skip_threshold) skip = true;
   m.lr = optimizer_->lr_at(optimizer_->global_step());
-  if (skip) {
-    ++state_.consecutive_skips;
-    log::warn("step ", state_.global_step + 1, ": ",
-              !std::isfinite(loss_sum) ? "loss is " + std::to_string(loss_sum)
-                                       : "grad norm " + std::to_string(grad_norm) + (std::isfinite(grad_norm) ? " is above monitor.health_checkpoint.global_norm_skip_threshold " + std::to_string(health.global_norm_skip_threshold) : ""),
-              "; the update is skipped (", state_.consecutive_skips, " in a row)");
-    LOOM_CHECK(state_.consecutive_skips <= health.global_norm_skip_time, Error, "training stopped at step ",
-               state_.global_step + 1, ": ", state_.consecutive_skips, " updates in a row were skipped (grad norm ",
-               grad_norm, ", loss ", loss_sum, "), more than monitor.health_checkpoint.global_norm_skip_time = ",
-               health.global_norm_skip_time, ". The run is diverging: lower lr_scheduler.learning_rate, check the "
-               "data, or resume from an earlier checkpoint");
-    optimizer_->set_global_step(optimizer_->global_step() + 1);  // the schedule still advances
-  } else {
-    state_.consecutive_skips = 0;
-    if (auto* muon = dynamic_cast<optim::Muon*>(optimizer_.get())) {
+  if (accept_update(r.loss, grad_norm)) {
+    if (optimizer_->uses_qk_clip()) {
       auto qk = model_->take_qk_clip_inputs();
-      if (mesh_) max_over_ranks(mesh_->world(), qk);
-      muon->set_qk_clip_inputs(std::move(qk));
+      max_over_ranks(mesh_->world(), qk);
+      optimizer_->set_qk_clip_inputs(std::move(qk));
     }
     LOOM_TRACE("step", "optimizer");
     m.lr = optimizer_->step();
+  } else {
+    optimizer_->set_global_step(optimizer_->global_step() + 1);  // the schedule still advances
   }
-  if (mesh_)  // routing counts of every data-parallel rank (the same expert-bias update everywhere)
-    for (Tensor& t : model_->data_parallel_sums()) mesh_->group("batch").all_reduce(t);
+  // Routing counts of every data-parallel rank: the same expert-bias update everywhere.
+  for (Tensor& t : model_->data_parallel_sums()) mesh_->group("batch").all_reduce(t);
   model_->after_optimizer_step();
-  m.skipped = skip;
-  m.loss = loss_sum;
+  m.skipped = state_.consecutive_skips > 0;
+  m.loss = r.loss;
   m.grad_norm = grad_norm;
-  m.extra = extras;
+  m.extra = r.extras;
+  return r.tokens * loader_->settings().shard.count;  // every data-parallel rank's tokens
+}
+
+double Trainer::clip_gradients() {
+  const dist::ParallelModel& parallel = *parallel_;
+  dist::ProcessGroup& world = mesh_->world();
+  return optim::clip_grad_norm(
+      optimizer_->named_params(), config_.training.max_norm,
+      [&parallel](const optim::NamedParam& p) { return parallel.replica_factor(p.name); },
+      [&world](double v) { return world.all_reduce_scalar(v); });
+}
+
+bool Trainer::accept_update(double loss, double grad_norm) {
+  // Non-finite norms are never applied; with monitor.health_checkpoint set, norms above
+  // global_norm_skip_threshold are skipped too, at most global_norm_skip_time in a row.
+  const auto& health = config_.monitor.health_checkpoint;
+  const bool health_on = config_.is_explicit("monitor.health_checkpoint") ||
+                         config_.is_explicit("monitor.health_checkpoint.global_norm_skip_threshold");
+  bool skip = !std::isfinite(grad_norm) || !std::isfinite(loss);
+  if (!skip && health_on && grad_norm > health.global_norm_skip_threshold) skip = true;
+  if (!skip) {
+    state_.consecutive_skips = 0;
+    return true;
+  }
+  ++state_.consecutive_skips;
+  log::warn("step ", state_.global_step + 1, ": ",
+            !std::isfinite(loss) ? "loss is " + std::to_string(loss)
+                                 : "grad norm " + std::to_string(grad_norm) + (std::isfinite(grad_norm) ? " is above monitor.health_checkpoint.global_norm_skip_threshold " + std::to_string(health.global_norm_skip_threshold) : ""),
+            "; the update is skipped (", state_.consecutive_skips, " in a row)");
+  LOOM_CHECK(state_.consecutive_skips <= health.global_norm_skip_time, Error, "training stopped at step ",
+             state_.global_step + 1, ": ", state_.consecutive_skips, " updates in a row were skipped (grad norm ",
+             grad_norm, ", loss ", loss, "), more than monitor.health_checkpoint.global_norm_skip_time = ",
+             health.global_norm_skip_time, ". The run is diverging: lower lr_scheduler.learning_rate, check the "
+             "data, or resume from an earlier checkpoint");
+  return false;
 }
 
 TrainSummary Trainer::train() {
@@ -430,7 +396,7 @@ TrainSummary Trainer::train() {
     fire(&Callback::on_step_begin);
     reset_peak_memory();
     const auto t0 = std::chrono::steady_clock::now();
-    train_step(m);
+    const int64_t tokens = train_step(m);
     m.step_time_s = seconds_since(t0);
     state_.global_step += 1;
     state_.consumed_samples += samples_per_step;
@@ -438,8 +404,7 @@ TrainSummary Trainer::train() {
     m.step = state_.global_step;
     m.consumed_samples = state_.consumed_samples;
     m.global_batch_size = samples_per_step;
-    const double tokens = static_cast<double>(samples_per_step) * static_cast<double>(seq_length_);
-    m.tokens_per_s = tokens / m.step_time_s;
+    m.tokens_per_s = static_cast<double>(tokens) / m.step_time_s;
     m.mfu = flops_per_token * m.tokens_per_s / (peak_gflops_ * 1e9);
     m.tflops_per_device = flops_per_token * m.tokens_per_s / options_.world_size / 1e12;
     const MemoryStats mem = memory_stats();

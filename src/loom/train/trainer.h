@@ -1,9 +1,13 @@
-// The training loop of the reference trainer (semantics.md §1.2) on one process (and, through
-// the hooks in TrainerOptions, on many): build everything from the configuration, then per step
-// A = num_accumulation_steps micro-batches of forward + backward(loss / A), the global grad norm
-// and clipping, the optimizer update with lr = schedule(global_step), consumed_samples and
-// global_step, metrics, callbacks and checkpoints. Ctrl-C / SIGTERM end the current step, save,
-// and return.
+// The training loop of the reference trainer (semantics.md §1.2), the same on one process and on
+// many: build everything from the configuration, then per step
+//
+//   schedule   A = num_accumulation_steps micro-batches of forward + backward (schedule.h)
+//   grad norm  the global norm over every rank's local grads, and clipping (optim/grad_norm.h)
+//   update     the optimizer with lr = lr_schedule(global_step)
+//   book-keep  consumed_samples and global_step, metrics, callbacks, checkpoints
+//
+// The parallel layout is applied once, by dist::parallelize (one process is a mesh of size one),
+// so nothing here branches on it. Ctrl-C / SIGTERM end the current step, save, and return.
 #pragma once
 
 #include <cstdint>
@@ -14,13 +18,15 @@
 
 #include "loom/config/sections.h"
 #include "loom/data/data_loader.h"
+#include "loom/config/parallel_layout.h"
 #include "loom/dist/device_mesh.h"
-#include "loom/dist/fsdp.h"
+#include "loom/dist/parallelize.h"
 #include "loom/optim/optimizer.h"
 #include "loom/train/callbacks.h"
 #include "loom/train/checkpoint.h"
 #include "loom/train/metrics.h"
 #include "loom/train/profiler.h"
+#include "loom/train/schedule.h"
 #include "loom/train/train_model.h"
 
 namespace loom::train {
@@ -33,7 +39,8 @@ struct TrainerOptions {
   std::string run_dir;   // where config, log, metrics and (by default) checkpoints go
   int rank = 0;
   int world_size = 1;
-  // The world's process group (dist::Runtime::world()); required when world_size > 1.
+  // The world's process group (dist::Runtime::world()); required when world_size > 1, a
+  // one-rank group is made when it is null on one process.
   std::shared_ptr<dist::ProcessGroup> world;
   bool install_signal_handlers = true;
   bool quiet = false;    // no per-step log lines (tests)
@@ -76,17 +83,29 @@ class Trainer {
   int64_t seq_length() const { return seq_length_; }
   // Saves a checkpoint of the current state now (the checkpoint callback and Ctrl-C use it).
   void save_checkpoint();
-  // Multi-process runs: the mesh and the FSDP wrapper of the model (null on one process).
-  dist::DeviceMesh* mesh() { return mesh_.get(); }
-  dist::FullyShardedModel* fsdp() { return fsdp_.get(); }
+  // The device mesh (size one on one process) and the parallelized model.
+  dist::DeviceMesh& mesh() { return *mesh_; }
+  dist::ParallelModel& parallel_model() { return *parallel_; }
 
  private:
+  // build() runs these in order; each reads what the ones before it made.
   void build();
+  void prepare_run_directory();
+  void build_mesh(const config::ParallelLayout& layout);
+  void build_model();
+  void build_data(const config::ParallelLayout& layout);
+  void build_optimizer();
+  void build_checkpointing();
+  void build_monitoring();
   void resume(const std::string& load_path);
-  void load_resharded(const std::string& dir, bool load_optim);
-  // 1/(world/pp) with the reference's summed FSDP grads, else 1 (semantics.md §1.2).
-  double loss_sense() const;
-  void train_step(StepMetrics& m);
+  void load_sharded(const std::string& dir, bool load_optim);
+  // One optimizer step; returns the tokens it trained on over every data-parallel rank.
+  int64_t train_step(StepMetrics& m);
+  // The grad norm with every rank's grads, then clipping; returns the pre-clip norm.
+  double clip_gradients();
+  // False when the health check skips the update (non-finite loss or norm, or a norm above
+  // monitor.health_checkpoint.global_norm_skip_threshold); the schedule position still advances.
+  bool accept_update(double loss, double grad_norm);
   CheckpointContents checkpoint_contents();
   void fire(void (Callback::*event)(CallbackContext&), StepMetrics* metrics = nullptr);
 
@@ -105,7 +124,8 @@ class Trainer {
   std::vector<std::unique_ptr<Callback>> callbacks_;
   std::shared_ptr<void> memory_state_;  // keeps swap machinery alive
   std::shared_ptr<dist::DeviceMesh> mesh_;
-  std::shared_ptr<dist::FullyShardedModel> fsdp_;
+  std::unique_ptr<dist::ParallelModel> parallel_;
+  std::unique_ptr<Schedule> schedule_;
   std::shared_ptr<dist::ProcessGroup> checkpoint_group_;  // own communicator: async saves barrier off-thread
   double peak_gflops_ = 0;
 };

@@ -68,7 +68,7 @@ ShardedRun sharded_run(std::shared_ptr<ProcessGroup> group, int data_parallel_sh
   r.fsdp = apply_fsdp(*r.model.model, r.mesh, {});
   r.fsdp->materialize(17);
   optim::NamedParams shards;
-  for (auto& [n, t] : r.fsdp->sharded_parameters()) shards.push_back({n, t});
+  for (auto& [n, t] : r.model.model->local_parameters()) shards.push_back({n, t});
   r.opt = std::make_unique<optim::AdamW>(shards, adam());
   return r;
 }
@@ -111,7 +111,7 @@ double plain_step(Plain& p, int64_t global_micro, int64_t first) {
 }
 
 std::vector<ShardedTensorEntry> entries_of(ShardedRun& r) {
-  return checkpoint_entries(r.fsdp.get(), r.mesh->world(), r.fsdp->sharded_state_dict(), r.opt->state_dict());
+  return checkpoint_entries(*r.model.model, r.model.model->state_dict(), r.opt->state_dict());
 }
 
 // Loads `dir` into a run: the shards in place, then the optimizer's own load (global_step,
@@ -129,7 +129,8 @@ void load_into(ShardedRun& r, const std::string& dir, ProcessGroup* replicate = 
 void expect_matches(ShardedRun& r, const std::map<std::string, Tensor>& full, double tol, const std::string& when) {
   for (auto& e : entries_of(r)) {
     const Tensor& ref = full.at(e.name);
-    Tensor want = ref.dim() ? ref.narrow(0, e.placement.global_offset[0], e.placement.local_shape[0]) : ref;
+    // FSDP shards are one piece: rows [offset, offset + local rows) of the full tensor.
+    Tensor want = ref.dim() ? ref.narrow(0, e.pieces.empty() ? 0 : e.pieces[0].global_offset[0], e.local.size(0)) : ref;
     auto a = e.local.contiguous().to_double_vector(), b = want.contiguous().to_double_vector();
     ASSERT_EQ(a.size(), b.size()) << e.name << " " << when;
     for (size_t i = 0; i < a.size(); ++i) {

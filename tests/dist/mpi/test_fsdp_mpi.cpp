@@ -26,10 +26,10 @@ std::shared_ptr<DeviceMesh> mesh_for(int data_parallel_shard) {
   return std::make_shared<DeviceMesh>(world, ParallelDims::infer(world->size(), d));
 }
 
-// The rows of a full tensor this rank's shard covers.
-Tensor rows_of(const Tensor& full, const ShardPlacement& p) {
-  if (full.dim() == 0) return full;
-  return full.narrow(0, p.global_offset[0], p.local_shape[0]);
+// The rows of a full tensor this rank's FSDP shard of parameter `name` covers (its placement).
+Tensor rows_of(const Tensor& full, nn::Module& model, const std::string& name) {
+  const nn::AxisPlacement* rows = model.find_parameter(name)->placement.on("fsdp");
+  return full.narrow(0, rows->ranges[0].begin, rows->ranges[0].length);
 }
 
 void compare(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
@@ -74,17 +74,16 @@ double fsdp_step(Trained& s, int64_t micro, int64_t step = 0) {
 }
 
 void check_grads(Trained& s, const std::map<std::string, Tensor>& ref, double tol) {
-  for (auto& [name, shard] : s.fsdp->sharded_parameters()) {
-    const ShardPlacement p = *s.fsdp->placement(name);
-    EXPECT_EQ(shard.shape(), p.local_shape) << name;
-    compare(shard.grad(), rows_of(ref.at(name), p), tol, name + " grad");
+  for (auto& [name, shard] : s.sharded.model->local_parameters()) {
+    EXPECT_EQ(shard.shape(), s.sharded.model->find_parameter(name)->local_shape()) << name;
+    compare(shard.grad(), rows_of(ref.at(name), *s.sharded.model, name), tol, name + " grad");
   }
 }
 
 TEST(FsdpMpi, MetaInitShardsAreSlicesOfTheOneProcessWeights) {
   Trained s = make_trained(testing::dist_tiny_llama(), -1);
   auto plain = s.plain.model->state_dict();
-  for (auto& [name, shard] : s.fsdp->sharded_state_dict()) compare(shard, rows_of(plain.at(name), *s.fsdp->placement(name)), 0, name);
+  for (auto& [name, shard] : s.sharded.model->state_dict()) compare(shard, rows_of(plain.at(name), *s.sharded.model, name), 0, name);
 }
 
 TEST(FsdpMpi, PureFsdpStepEqualsOneProcessBitForBit) {
@@ -112,7 +111,7 @@ TEST(FsdpMpi, Bf16ParametersGatherInBf16AndReduceFp32MainGrads) {
   std::map<std::string, Tensor> ref;
   testing::reference_step(*s.plain.model, s.vocab, 2, 5, 0, n, &ref);
   fsdp_step(s, 1);
-  for (auto& [name, shard] : s.fsdp->sharded_parameters()) {
+  for (auto& [name, shard] : s.sharded.model->local_parameters()) {
     EXPECT_EQ(shard.dtype(), DType::bf16) << name;
     EXPECT_EQ(shard.grad().dtype(), DType::f32) << name;
   }
@@ -130,10 +129,13 @@ TEST(FsdpMpi, GradNormWithReplicaFactorsEqualsOneProcess) {
     fsdp_step(s, 1);
     optim::NamedParams full, shards;
     for (auto& [name, p] : s.plain.model->named_parameters()) full.push_back({name, p->tensor});
-    for (auto& [name, t] : s.fsdp->sharded_parameters()) shards.push_back({name, t});
+    for (auto& [name, t] : s.sharded.model->local_parameters()) shards.push_back({name, t});
     const double want = optim::global_grad_norm(full);
     const double got = optim::global_grad_norm(
-        shards, [&](const optim::NamedParam& p) { return static_cast<double>(s.fsdp->replica_factor(p.name)); },
+        shards,
+        [&](const optim::NamedParam& p) {
+          return static_cast<double>(s.fsdp->mesh().replica_factor(s.sharded.model->find_parameter(p.name)->placement));
+        },
         [&](double v) { return s.fsdp->mesh().world().all_reduce_scalar(v); });
     EXPECT_NEAR(got, want, 1e-6 * want) << "data_parallel_shard " << shard;
   }
@@ -172,10 +174,11 @@ TEST(FsdpMpi, HsdpTwoByTwoMatchesOneProcess) {
   const double loss = fsdp_step(s, 1);
   EXPECT_NEAR(loss, ref_loss, 1e-6);
   check_grads(s, ref, 1e-6);
-  const auto p = *s.fsdp->placement("decoder.layers.0.mlp.linear_fc1.weight");
-  EXPECT_EQ(p.num_replicas, 2);
-  EXPECT_EQ(p.replica_id, s.fsdp->mesh().rank() / 2);
-  EXPECT_EQ(s.fsdp->replica_factor("decoder.layers.0.mlp.linear_fc1.weight"), 2);
+  // The two replicas (ranks r and r + 2) hold the same rows; the grad norm counts them once.
+  const nn::Parameter& fc1 = *s.sharded.model->find_parameter("decoder.layers.0.mlp.linear_fc1.weight");
+  EXPECT_EQ(fc1.placement.on("fsdp")->ranges[0].begin, (s.fsdp->mesh().rank() % 2) * ((fc1.global_shape[0] + 1) / 2));
+  EXPECT_EQ(fc1.placement.on("dp_replicate"), nullptr);
+  EXPECT_EQ(s.fsdp->mesh().replica_factor(fc1.placement), 2);
 }
 
 TEST(FsdpMpi, GradientDivisionAveragesInsteadOfSumming) {
@@ -202,7 +205,7 @@ TEST(FsdpMpi, AdamWOnShardsTracksTheFullModel) {
   ao.learning_rate = 1e-2;
   optim::NamedParams full, shards;
   for (auto& [name, p] : s.plain.model->named_parameters()) full.push_back({name, p->tensor});
-  for (auto& [name, t] : s.fsdp->sharded_parameters()) shards.push_back({name, t});
+  for (auto& [name, t] : s.sharded.model->local_parameters()) shards.push_back({name, t});
   optim::AdamW plain_opt(full, ao), shard_opt(shards, ao);
   for (int64_t step = 0; step < 3; ++step) {
     const double ref_loss = testing::reference_step(*s.plain.model, s.vocab, 2, 5, step * n, n, nullptr);
@@ -212,8 +215,8 @@ TEST(FsdpMpi, AdamWOnShardsTracksTheFullModel) {
     EXPECT_NEAR(loss, ref_loss, 1e-6) << "step " << step;
   }
   auto plain = s.plain.model->state_dict();
-  for (auto& [name, shard] : s.fsdp->sharded_state_dict())
-    compare(shard, rows_of(plain.at(name), *s.fsdp->placement(name)), 0, name + " after 3 AdamW steps");
+  for (auto& [name, shard] : s.sharded.model->state_dict())
+    compare(shard, rows_of(plain.at(name), *s.sharded.model, name), 0, name + " after 3 AdamW steps");
 }
 
 TEST(FsdpMpi, CpuOffloadKeepsShardsAndOptimizerStateInTheHostPool) {
@@ -225,8 +228,8 @@ TEST(FsdpMpi, CpuOffloadKeepsShardsAndOptimizerStateInTheHostPool) {
   Trained off = make_trained(testing::dist_tiny_llama(), -1, o);
   Trained on = make_trained(testing::dist_tiny_llama(), -1);
   optim::NamedParams a, b;
-  for (auto& [name, t] : off.fsdp->sharded_parameters()) a.push_back({name, t});
-  for (auto& [name, t] : on.fsdp->sharded_parameters()) b.push_back({name, t});
+  for (auto& [name, t] : off.sharded.model->local_parameters()) a.push_back({name, t});
+  for (auto& [name, t] : on.sharded.model->local_parameters()) b.push_back({name, t});
   optim::AdamW opt_off(a, {}), opt_on(b, {});
   opt_off.relocate_state(host_pool());
   const FsdpMemory m = off.fsdp->memory();
@@ -238,7 +241,7 @@ TEST(FsdpMpi, CpuOffloadKeepsShardsAndOptimizerStateInTheHostPool) {
     opt_off.step();
     opt_on.step();
   }
-  auto x = off.fsdp->sharded_state_dict(), y = on.fsdp->sharded_state_dict();
+  auto x = off.sharded.model->state_dict(), y = on.sharded.model->state_dict();
   for (auto& [name, t] : x) compare(t, y.at(name), 0, name + " with cpu_offload");
 }
 

@@ -7,6 +7,13 @@
 namespace loom::dist {
 namespace {
 
+// A parameter sharded along dim 0 over `axis` (every rank holding its own rows).
+nn::Placement sharded_on(const std::string& axis) {
+  nn::Placement p;
+  p.add(Shape{8}, nn::AxisPlacement::shard(axis, 0, {{0, 2}}));
+  return p;
+}
+
 // Sum of the world ranks of this rank's group along `axis`, through that group.
 int64_t group_rank_sum(DeviceMesh& mesh, const std::string& axis) {
   return mesh.group(axis).all_reduce_scalar(int64_t{mesh.rank()});
@@ -39,8 +46,8 @@ TEST(Mesh, PureFsdpGroups) {
   EXPECT_EQ(mesh.size("fsdp"), world->size());
   EXPECT_EQ(mesh.size("dp_replicate"), 1);
   // An FSDP-sharded parameter has one copy of each grad element; a replicated one has fsdp copies.
-  EXPECT_EQ(mesh.replica_factor({{"fsdp", 0}}), 1);
-  EXPECT_EQ(mesh.replica_factor({}), world->size());
+  EXPECT_EQ(mesh.replica_factor(sharded_on("fsdp")), 1);
+  EXPECT_EQ(mesh.replica_factor(nn::Placement()), world->size());
 }
 
 TEST(Mesh, HsdpGroupsWhenFourRanks) {
@@ -55,7 +62,7 @@ TEST(Mesh, HsdpGroupsWhenFourRanks) {
   // (rep, shard): rank = rep * 2 + shard.
   EXPECT_EQ(mesh.group("fsdp").members(), (std::vector<int>{mesh.rank() / 2 * 2, mesh.rank() / 2 * 2 + 1}));
   EXPECT_EQ(mesh.group("dp_replicate").members(), (std::vector<int>{mesh.rank() % 2, mesh.rank() % 2 + 2}));
-  EXPECT_EQ(mesh.replica_factor({{"fsdp", 0}}), 2);
+  EXPECT_EQ(mesh.replica_factor(sharded_on("fsdp")), 2);
 }
 
 TEST(Mesh, TensorAndPipelineAxesWhenFourRanks) {

@@ -1,0 +1,70 @@
+#include "loom/dist/parallelize.h"
+
+#include "loom/autograd/grad_mode.h"
+
+namespace loom::dist {
+
+std::unique_ptr<ParallelModel> parallelize(nn::Module& model, std::shared_ptr<DeviceMesh> mesh,
+                                           const ParallelizeOptions& options) {
+  LOOM_CHECK(mesh != nullptr, ValueError, "parallelize: the device mesh is null");
+  const ParallelDims& dims = mesh->dims();
+  LOOM_ASSERT(dims.tp() == 1 && dims.cp() == 1 && dims.ep() == 1 && dims.pp() == 1,
+              "tensor, context, expert and pipeline parallelism are rejected when the configuration is resolved");
+  auto parallel = std::unique_ptr<ParallelModel>(new ParallelModel());
+  parallel->module_ = &model;
+  parallel->mesh_ = mesh;
+  parallel->built_on_meta_ = !model.is_materialized();
+
+  // TP/SP, CP, EP and the PP stage split attach here, in that order, as their strategies land.
+
+  if (options.memory_policy) options.memory_policy(model);
+
+  // Data parallelism: grads are reduced over the ranks that train on other data (FSDP/HSDP; with
+  // data_parallel_shard 1 the shard group has one rank and FSDP is plain data parallelism).
+  const bool data_parallel = mesh->size("dp_replicate") * mesh->size("fsdp") > 1;
+  if (data_parallel) parallel->fsdp_ = apply_fsdp(model, mesh, options.fsdp);
+  // Summed grads (disable_gradient_division) need the loss pre-scaled by 1/(world/pp); FSDP
+  // divides otherwise. One process: 1.
+  if (options.fsdp.disable_gradient_division)
+    parallel->backward_scale_ = 1.0 / static_cast<double>(mesh->world_size() / dims.pp());
+
+  for (auto& [name, p] : model.named_parameters()) parallel->params_[name] = p;
+  return parallel;
+}
+
+void ParallelModel::materialize(uint64_t seed) {
+  if (!built_on_meta_) return;
+  autograd::NoGradGuard no_grad;
+  for (auto& [name, p] : params_) {
+    Tensor& local = p->local_shard.defined() ? p->local_shard : p->tensor;
+    if (local.is_meta()) {
+      local = Tensor::empty(p->local_shape(), p->dtype);
+      local.set_requires_grad(p->trainable);
+    }
+    nn::initialize_parameter(*p, name, seed);
+  }
+  for (auto& [name, b] : module_->named_buffers("", /*persistent_only=*/false))
+    if (b->is_meta()) *b = Tensor::zeros(b->shape(), b->dtype());
+  built_on_meta_ = false;
+}
+
+void ParallelModel::load_full_state_dict(const std::map<std::string, Tensor>& state, const std::string& source) {
+  module_->load_state_dict(state, /*strict=*/true, source);
+  if (fsdp_) fsdp_->reshard_all();  // gathered copies are stale now
+}
+
+void ParallelModel::zero_grad() {
+  module_->zero_grad();
+  if (fsdp_) fsdp_->zero_grad();
+}
+
+void ParallelModel::finish_backward() {
+  if (fsdp_) fsdp_->finish_backward();
+}
+
+double ParallelModel::replica_factor(const std::string& param) const {
+  auto it = params_.find(param);
+  return it == params_.end() ? 1.0 : static_cast<double>(mesh_->replica_factor(it->second->placement));
+}
+
+}  // namespace loom::dist

@@ -1,0 +1,81 @@
+// parallelize(): the one place that applies the parallel strategies to a built model, in the
+// documented order (DESIGN.md "How strategies attach to a model"):
+//
+//   TP/SP → CP → EP → PP stage split → memory policy (recompute/swap) → FSDP/HSDP
+//
+// Each strategy is one file of dist/ that rewrites the model from outside (it replaces a
+// parameter by its slice and records the split in Parameter::placement, or wraps module
+// forwards and named operations); the model files know nothing of it. A strategy is applied when
+// its mesh axis has more than one rank, so one process — a mesh of size one — goes through this
+// same function and gets the plain model back. Tensor, context, pipeline and expert parallelism
+// are rejected when the configuration is resolved until their strategies exist; the memory
+// policy comes in as a function because memory/ sits below dist/ in the layering.
+//
+// The ParallelModel it returns is everything the training step needs from the layout, asked the
+// same way for every layout: zero the grads, finish backward (FSDP reduces what is left), the
+// scale the loss needs before backward, the grad norm's replica factors and the initialisation
+// of a model built on the meta device.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/dist/device_mesh.h"
+#include "loom/dist/fsdp.h"
+#include "loom/nn/module.h"
+
+namespace loom::dist {
+
+struct ParallelizeOptions {
+  FsdpOptions fsdp;
+  // Installs recompute/swap on the model (memory::apply_memory_plan): after the model-splitting
+  // strategies, before FSDP, so FSDP's gathers wrap the recomputed forwards.
+  std::function<void(nn::Module&)> memory_policy;
+};
+
+class ParallelModel {
+ public:
+  nn::Module& module() { return *module_; }
+  DeviceMesh& mesh() { return *mesh_; }
+  const std::shared_ptr<DeviceMesh>& mesh_ptr() const { return mesh_; }
+  // The FSDP wrapper when data-parallel grads are reduced (memory and traffic statistics), else null.
+  FullyShardedModel* fsdp() { return fsdp_.get(); }
+
+  // Initialises every parameter's local tensor when the model was built on the meta device
+  // (nn::initialize_parameter: the one-process weights, whatever the layout), and meta buffers.
+  // A model that was materialised before parallelize() keeps its values.
+  void materialize(uint64_t seed);
+  // Copies whole tensors (HF weights, a one-process state dict) into the local pieces.
+  void load_full_state_dict(const std::map<std::string, Tensor>& state, const std::string& source);
+
+  // Start of a step: no grads anywhere. End of its last backward: every grad reduced, every
+  // gathered parameter freed; the grads the optimizer sees are final.
+  void zero_grad();
+  void finish_backward();
+  // The factor the loss needs before backward so that reduced grads are the mean over the
+  // data-parallel ranks: 1/(world/pp) while grads are summed (parallelism.
+  // disable_gradient_division, the default), else 1 (semantics.md §1.2). 1 on one process.
+  double backward_scale() const { return backward_scale_; }
+  // Ranks holding the same local grad of `param` (1 for a name it does not know: buffers).
+  double replica_factor(const std::string& param) const;
+
+ private:
+  friend std::unique_ptr<ParallelModel> parallelize(nn::Module&, std::shared_ptr<DeviceMesh>, const ParallelizeOptions&);
+  ParallelModel() = default;
+
+  nn::Module* module_ = nullptr;
+  std::shared_ptr<DeviceMesh> mesh_;
+  bool built_on_meta_ = false;
+  double backward_scale_ = 1.0;
+  std::map<std::string, nn::Parameter*> params_;
+  std::shared_ptr<FullyShardedModel> fsdp_;
+};
+
+std::unique_ptr<ParallelModel> parallelize(nn::Module& model, std::shared_ptr<DeviceMesh> mesh,
+                                           const ParallelizeOptions& options);
+
+}  // namespace loom::dist
