@@ -79,5 +79,36 @@ TEST(ShardedCheckpoint, MissingFileNamedByMetadataIsAnError) {
   }
 }
 
+TEST(ShardedCheckpoint, ALocalTensorOfSeveralPiecesIsStoredWholeAndLoadsByPiece) {
+  // A block-sharded fused tensor: this rank holds gate rows 2..3 and up rows 6..7 of an [8, 3]
+  // fc1. Its file stores the [4, 3] local tensor once; metadata.json has one chunk per piece,
+  // each saying where it sits in the stored tensor.
+  testing::TempDir dir;
+  auto world = make_single_rank_group("world");
+  Tensor local = Tensor::from_vector(std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {4, 3});
+  ShardedTensorEntry fused{"fc1", local, {8, 3}, {{{0, 0}, {2, 0}, {2, 3}}, {{2, 0}, {6, 0}, {2, 3}}}, false};
+  ShardedSave s = prepare_sharded_save(*world, {fused}, names, false);
+  ASSERT_EQ(s.model.size(), 1u);
+  EXPECT_EQ(s.model.at("fc1").shape(), (Shape{4, 3}));
+  const auto& chunks = s.metadata["state_dict_metadata"]["fc1"]["chunk"];
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(chunks[1]["global_offset"], nlohmann::ordered_json({6, 0}));
+  EXPECT_EQ(s.metadata["storage_data"]["('fc1', (6, 0))"][0]["local_offset"], nlohmann::ordered_json({2, 0}));
+  models::write_safetensors(dir.file("checkpoint-model-0-1.safetensors"), s.model);
+  std::ofstream(dir.file("metadata.json")) << s.metadata.dump();
+
+  // Another layout: rows 6..7 alone, then rows 3..6 (which only half the checkpoint covers).
+  std::vector<ShardedTensorEntry> up{{"fc1", Tensor::zeros({2, 3}), {8, 3}, {{{0, 0}, {6, 0}, {2, 3}}}, false}};
+  load_resharded(dir.path().string(), up, false);
+  EXPECT_EQ(up[0].local.to_float_vector(), (std::vector<float>{6, 7, 8, 9, 10, 11}));
+  std::vector<ShardedTensorEntry> middle{{"fc1", Tensor::zeros({4, 3}), {8, 3}, {{{0, 0}, {3, 0}, {4, 3}}}, false}};
+  try {
+    load_resharded(dir.path().string(), middle, false);
+    FAIL();
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("incomplete: fc1 (6 of 12 elements"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace loom::dist

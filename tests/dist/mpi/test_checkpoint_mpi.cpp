@@ -269,5 +269,34 @@ TEST(CheckpointMpi, RemoveRedundancyWritesEachShardOnceAndLoadBalancedReadsIt) {
   if (world->rank() == 0) fs::remove_all(dir);
 }
 
+TEST(CheckpointMpi, BlockShardedFusedTensorsReshardAcrossLayouts) {
+  // A fused [4n, 3] tensor whose gate rows [0, 2n) and up rows [2n, 4n) are split like two
+  // separate tensors (what tensor parallelism does to fc1): rank r holds gate rows [2r, 2r+2)
+  // and up rows [2n+2r, 2n+2r+2), two pieces of one [4, 3] local tensor. Saved so, it loads as
+  // contiguous rows on each rank and whole on a rank alone.
+  auto world = Runtime::get()->world();
+  const int n = world->size(), r = world->rank();
+  const int64_t rows = 4 * n;
+  std::vector<float> values(static_cast<size_t>(rows * 3));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  const Tensor full = Tensor::from_vector(values, {rows, 3});
+  nn::Placement fused;
+  fused.add({rows, 3}, nn::AxisPlacement::shard("tp", 0, {{2 * r, 2}, {2 * n + 2 * r, 2}}));
+  ShardedTensorEntry mine{"fc1", Tensor::zeros({4, 3}), {rows, 3}, fused.pieces({rows, 3}), false};
+  for (const nn::Piece& p : mine.pieces)
+    mine.local.narrow(0, p.local_offset[0], p.shape[0]).copy_(full.narrow(0, p.global_offset[0], p.shape[0]));
+  const std::string dir = shared_dir(*world, "fused");
+  write(*world, dir, {mine}, false);
+
+  std::vector<ShardedTensorEntry> rows_of_rank{{"fc1", Tensor::zeros({4, 3}), {rows, 3}, {{{0, 0}, {4 * r, 0}, {4, 3}}}, false}};
+  load_resharded(dir, rows_of_rank, false);
+  EXPECT_EQ(rows_of_rank[0].local.to_float_vector(), full.narrow(0, 4 * r, 4).contiguous().to_float_vector());
+  std::vector<ShardedTensorEntry> whole{whole_entry("fc1", Tensor::zeros({rows, 3}))};
+  load_resharded(dir, whole, false);
+  EXPECT_EQ(whole[0].local.to_float_vector(), values);
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace loom::dist

@@ -10,6 +10,7 @@
 #include "../dist_test_util.h"
 #include "loom/core/allocator.h"
 #include "loom/dist/fsdp.h"
+#include "loom/dist/parallelize.h"
 #include "loom/dist/runtime.h"
 #include "loom/optim/adamw.h"
 #include "loom/optim/grad_norm.h"
@@ -254,6 +255,25 @@ TEST(FsdpMpi, ShardedMemoryIsAFractionOfTheModel) {
   const FsdpMemory m = s.fsdp->memory();
   EXPECT_LE(m.sharded_param_bytes, full_bytes / n + m.largest_unit_param_bytes);
   EXPECT_LE(m.sharded_grad_bytes, full_bytes / n + m.largest_unit_param_bytes);
+}
+
+TEST(FsdpMpi, ParallelizeShardsAfterTheMemoryPolicyAndScalesTheLoss) {
+  const int n = Runtime::get()->world_size();
+  if (n < 2) GTEST_SKIP() << "needs 2 or more ranks";
+  models::BuiltModel plain = models::build_model(testing::dist_tiny_llama());
+  models::BuiltModel model = models::build_model(testing::dist_tiny_llama());
+  plain.model->materialize(17);
+  const std::string name = "decoder.layers.0.mlp.linear_fc1.weight";
+  bool sharded_when_policy_ran = true;
+  ParallelizeOptions o;
+  o.memory_policy = [&](nn::Module& m) { sharded_when_policy_ran = m.find_parameter(name)->local_shard.defined(); };
+  auto parallel = parallelize(*model.model, mesh_for(-1), o);
+  EXPECT_FALSE(sharded_when_policy_ran);  // recompute/swap wrap the model before FSDP does
+  ASSERT_NE(parallel->fsdp(), nullptr);
+  EXPECT_EQ(parallel->backward_scale(), 1.0 / n);
+  parallel->materialize(17);
+  compare(model.model->state_dict().at(name), rows_of(plain.model->state_dict().at(name), *model.model, name), 0, name);
+  EXPECT_EQ(parallel->replica_factor(name), 1.0);
 }
 
 }  // namespace
