@@ -105,7 +105,7 @@ void CausalLM::set_auxiliary_loss_grad_scale(double scale) {
 }
 
 void CausalLM::set_track_max_logits(bool on) {
-  for (AttentionLayer* a : attention_layers()) a->set_track_max_logits(on);
+  for (AttentionLayer* a : attention_layers()) a->core_attention().set_track_max_logits(on);
 }
 
 void CausalLM::update_expert_biases() {

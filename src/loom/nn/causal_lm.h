@@ -78,6 +78,7 @@ class CausalLM : public Module {
   // backward on loss·s sets s here so every term is scaled alike.
   void set_auxiliary_loss_grad_scale(double scale);
   double auxiliary_loss_grad_scale() const { return aux_grad_scale_; }
+  // Every core attention tracks its per-head max logits (QK-clip) while on.
   void set_track_max_logits(bool on);
   // Aux-loss-free balancing step with this process's counts: every router that has an expert
   // bias updates it from its tokens_per_expert, then all counters reset. (Multi-process trainers
