@@ -27,8 +27,8 @@ std::vector<std::string> layer_module_paths(const ModelFacts& facts) {
       paths.push_back(std::string("self_attention.") + m);
   }
   if (facts.num_experts)
-    for (const char* m : {"mlp.router", "mlp.experts", "mlp.shared_experts", "mlp.shared_experts.linear_fc1",
-                          "mlp.shared_experts.linear_fc2"})
+    for (const char* m : {"mlp.router", "mlp.token_dispatcher", "mlp.experts", "mlp.shared_experts",
+                          "mlp.shared_experts.linear_fc1", "mlp.shared_experts.linear_fc2"})
       paths.emplace_back(m);
   return paths;
 }
