@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "loom/nn/forward_options.h"
 #include "loom/nn/mtp.h"
 
 namespace loom::nn {
@@ -62,7 +63,7 @@ class CausalLM : public Module {
   explicit CausalLM(const TransformerConfig& config);
   const TransformerConfig& config() const { return config_; }
 
-  LMOutput forward(const LMBatch& batch);
+  LMOutput forward(const LMBatch& batch, const ForwardOptions& options = {});
   // Full logits [B, S, V] of the main head (evaluation and tests; training uses forward()).
   Tensor logits(const Tensor& input_ids, const Tensor& position_ids = Tensor(),
                 const Tensor& doc_ends = Tensor());
