@@ -1,13 +1,14 @@
 // Tiny Llama / Qwen3 / Qwen3-MoE / DeepSeek-V3 built from their `model:` sections: parameter
 // names (docs/HELPERS.md), forward + backward reaching every parameter, MTP and balance losses
 // injected into backward but not into the logged loss (semantics.md §7.1), bf16 compute,
-// tied vs untied heads. (Issue 4, items 1–4 and 7.)
+// tied vs untied heads, the head's grads-in-forward as the caller's choice. (Issue 4, items 1–4 and 7.)
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <set>
 
 #include "loom/autograd/engine.h"
+#include "loom/core/allocator.h"
 #include "loom/autograd/grad_mode.h"
 #include "loom/models/registry.h"
 #include "model_test_util.h"
@@ -225,5 +226,35 @@ TEST(Models, DeepseekV3GradientsMatchFiniteDifferencesOfLossPlusMtp) {
       const double numeric = (lp - lm) / 2e-6;
       EXPECT_NEAR(analytic[i], numeric, 1e-6 + 1e-5 * std::abs(numeric)) << name << "[" << i << "]";
     }
+  }
+}
+
+TEST(Models, HeadGradsInForwardIsTheCallersChoice) {
+  // nn/forward_options.h: the loss and the grads are the same either way; with the option the
+  // main and MTP heads form their grads in forward and hold them until backward. Between forward
+  // and backward that keeps two [vocab, hidden] fp32 weight grads (and two [tokens, hidden] input
+  // grads) live, while the two normed [tokens, hidden] inputs the other way keeps are freed.
+  BuiltModel held = build_model(tiny_deepseek_v3()), plain = build_model(tiny_deepseek_v3());
+  held.model->materialize(7);
+  plain.model->load_state_dict(held.model->state_dict());
+  const nn::LMBatch batch = random_batch(24, 2, 6, 8);
+  auto forward_backward = [&batch](nn::CausalLM& m, const nn::ForwardOptions& o, int64_t* live) {
+    const int64_t before = memory_stats().current_bytes;
+    nn::LMOutput out = m.forward(batch, o);
+    *live = memory_stats().current_bytes - before;
+    autograd::backward(out.loss);
+    return out;
+  };
+  int64_t live_held = 0, live_plain = 0;
+  nn::LMOutput a = forward_backward(*held.model, {true}, &live_held);
+  nn::LMOutput b = forward_backward(*plain.model, {}, &live_plain);
+  EXPECT_EQ(a.loss.item(), b.loss.item());
+  EXPECT_EQ(a.mtp_loss.item(), b.mtp_loss.item());
+  EXPECT_GE(live_held - live_plain, 2 * (24 * 16 - 12 * 16) * 4);
+  for (auto& [name, p] : held.model->named_parameters()) {
+    std::vector<double> ga = p->tensor.grad().to_double_vector();
+    std::vector<double> gb = plain.model->find_parameter(name)->tensor.grad().to_double_vector();
+    ASSERT_EQ(ga.size(), gb.size()) << name;
+    for (size_t i = 0; i < ga.size(); ++i) EXPECT_NEAR(ga[i], gb[i], 1e-6 * (1 + std::abs(gb[i]))) << name << " " << i;
   }
 }

@@ -147,11 +147,11 @@ TEST(NnLayers, MlaWithQLoraAndYarnGradchecks) {
   Tensor x = leaf({2, 4, 8}, 14);
   EXPECT_LT(check_module(mla, x, [&](const Tensor& in) { return mla.forward(in, Tensor(), Tensor()); }, "mla"), 1e-6);
   // QK-clip bookkeeping: a running fp32 [heads] maximum.
-  mla.set_track_max_logits(true);
+  mla.core_attention().set_track_max_logits(true);
   autograd::NoGradGuard ng;
   mla.forward(x, Tensor(), Tensor());
-  ASSERT_TRUE(mla.max_logits().defined());
-  EXPECT_EQ(mla.max_logits().shape(), Shape({2}));
+  ASSERT_TRUE(mla.core_attention().max_logits().defined());
+  EXPECT_EQ(mla.core_attention().max_logits().shape(), Shape({2}));
 }
 
 TEST(NnLayers, MlaWithoutQLoraGradchecks) {

@@ -1,7 +1,9 @@
 // MoE router and layer invariants (semantics.md §7.1 "MoE gate", §7.2 Qwen3-MoE): k distinct
 // experts per token, the group limit, normalised and scaled weights, the expert bias steering
 // selection but never the weights, the aux-loss-free update rule, balance-loss values on a
-// hand-computed case, their injected gradient, token counts that recompute does not double.
+// hand-computed case, their injected gradient, token counts that recompute does not double; the
+// forward as route → dispatch → expert compute → combine, and expert parallelism attaching by
+// wrapping dispatch and combine from outside.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +13,9 @@
 #include "loom/autograd/checkpoint.h"
 #include "loom/nn/moe.h"
 #include "loom/ops/elementwise.h"
+#include "loom/ops/moe.h"
 #include "loom/ops/reduce.h"
+#include "loom/ops/shape.h"
 #include "nn_test_util.h"
 #include "testing/gradcheck.h"
 
@@ -317,4 +321,137 @@ TEST(NnMoe, RecomputedForwardDoesNotCountTokensTwice) {
   for (int64_t v : moe.router().tokens_per_expert().to_int_vector()) total += v;
   EXPECT_EQ(total, 4 * 2);
   EXPECT_TRUE(x.grad().defined());
+}
+
+TEST(NnMoe, ForwardIsRouteDispatchComputeCombineBitForBit) {
+  auto c = moe_config(4, 2);
+  c.shared_expert_intermediate_size = 4;
+  MoELayer moe(c);
+  Module* dispatcher = moe.find_module("token_dispatcher");
+  ASSERT_EQ(dispatcher, &moe.token_dispatcher());
+  EXPECT_EQ(dispatcher->type_name(), "MoETokenDispatcher");
+  EXPECT_TRUE(dispatcher->named_parameters().empty());
+  EXPECT_EQ(dispatcher->operation_names(), (std::vector<std::string>{"dispatch", "combine"}));
+  moe.materialize(81);
+  Tensor x = random_f64({2, 3, 8}, 82);
+  autograd::NoGradGuard ng;
+  const std::vector<double> got = moe.forward(x).to_double_vector();
+  // The same four steps spelled out with the ops.
+  Routing r = moe.router().route(x);
+  Tensor xt = x.reshape({6, 8});
+  ops::MoePermutation p = ops::moe_permute(xt, r.indices, 4);
+  Tensor h = ops::grouped_gemm(p.permuted, moe.experts().weight1().tensor, p.tokens_per_expert);
+  Tensor e = ops::grouped_gemm(mlp_activation(h, c.activation, true), moe.experts().weight2().tensor,
+                               p.tokens_per_expert);
+  Tensor shared = static_cast<MLP*>(moe.find_module("shared_experts"))->forward(xt);
+  EXPECT_EQ(got, ops::add(ops::moe_unpermute(e, p.row_map, r.weights), shared).to_double_vector());
+}
+
+namespace {
+
+// Makes `moe` what expert-parallel rank `rank` of `ranks` would run, in one process: `experts`
+// holds only its E/ranks experts' weights, dispatch keeps the rows of those experts (the
+// all-to-all would bring the other ranks' rows for them too) and carries where they sit in the
+// combine state, combine puts zero rows back for the other experts (whose outputs would come back
+// from the ranks that own them). The MoE layer itself is unchanged.
+void attach_local_experts(MoELayer& moe, MoELayer& full, int64_t rank, int64_t ranks) {
+  const int64_t local = full.experts().weight1().global_shape[0] / ranks, first = rank * local;
+  for (Parameter* p : {&moe.experts().weight1(), &moe.experts().weight2()}) {
+    const Parameter* f = p == &moe.experts().weight1() ? &full.experts().weight1() : &full.experts().weight2();
+    p->tensor = f->tensor.detach().narrow(0, first, local).clone();
+    p->tensor.set_requires_grad(true);
+  }
+  moe.token_dispatcher().add_operation_wrapper(
+      "dispatch", [first, local](const TensorFn& inner, const std::vector<Tensor>& in) {
+        std::vector<Tensor> out = inner(in);
+        const std::vector<int64_t> counts = out[1].to_int_vector();
+        int64_t begin = 0, rows = 0;
+        for (int64_t e = 0; e < first; ++e) begin += counts[e];
+        for (int64_t e = first; e < first + local; ++e) rows += counts[e];
+        std::vector<Tensor> mine{ops::narrow(out[0], 0, begin, rows), out[1].narrow(0, first, local).contiguous()};
+        mine.insert(mine.end(), out.begin() + 2, out.end());
+        mine.push_back(Tensor::from_vector(std::vector<int64_t>{begin, rows, out[0].size(0)}, {3}));
+        return mine;
+      });
+  moe.token_dispatcher().add_operation_wrapper("combine", [](const TensorFn& inner, const std::vector<Tensor>& in) {
+    const std::vector<int64_t> where = in.back().to_int_vector();  // begin, rows, all rows
+    const Tensor& y = in[0];
+    std::vector<Tensor> pieces;
+    if (where[0] > 0) pieces.push_back(Tensor::zeros({where[0], y.size(1)}, y.dtype()));
+    pieces.push_back(y);
+    if (where[2] > where[0] + where[1])
+      pieces.push_back(Tensor::zeros({where[2] - where[0] - where[1], y.size(1)}, y.dtype()));
+    std::vector<Tensor> args{ops::cat(pieces, 0)};
+    args.insert(args.end(), in.begin() + 1, in.end() - 1);
+    return inner(args);
+  });
+}
+
+}  // namespace
+
+TEST(NnMoe, ExpertParallelAttachesByWrappingDispatchAndCombine) {
+  // parallel.md §4: EP wraps dispatch/combine, expert compute runs on the local experts only.
+  // Two simulated ranks holding experts {0,1} and {2,3}: their outputs add up to the full layer's
+  // and their grads are the full layer's (expert weights: the local slice; router, input: summed).
+  auto c = moe_config(4, 2);
+  MoELayer full(c);
+  full.materialize(91);
+  Tensor x = random_f64({2, 4, 8}, 92), R = random_f64({2, 4, 8}, 93);
+  {
+    autograd::NoGradGuard ng;
+    std::vector<int64_t> idx = full.router().route(x).indices.to_int_vector();
+    const auto low = std::count_if(idx.begin(), idx.end(), [](int64_t e) { return e < 2; });
+    ASSERT_GT(low, 0);  // both simulated ranks get rows
+    ASSERT_LT(low, static_cast<int64_t>(idx.size()));
+  }
+  auto run = [&](MoELayer& m, Tensor* input_grad) {
+    Tensor xi = x.clone();
+    xi.set_requires_grad(true);
+    Tensor y = m.forward(xi);
+    autograd::backward(ops::sum(ops::mul(y, R)));
+    *input_grad = xi.grad();
+    return y.detach();
+  };
+  Tensor full_dx;
+  const std::vector<double> want = run(full, &full_dx).to_double_vector();
+  std::vector<double> sum(want.size(), 0.0), router_grad(full.router().weight().tensor.numel(), 0.0),
+      dx(full_dx.numel(), 0.0);
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    MoELayer shard(c);
+    shard.load_state_dict(full.state_dict());
+    attach_local_experts(shard, full, rank, 2);
+    Tensor shard_dx;
+    std::vector<double> part = run(shard, &shard_dx).to_double_vector();
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+    std::vector<double> g = shard.router().weight().tensor.grad().to_double_vector(), gx = shard_dx.to_double_vector();
+    for (size_t i = 0; i < g.size(); ++i) router_grad[i] += g[i];
+    for (size_t i = 0; i < gx.size(); ++i) dx[i] += gx[i];
+    for (const char* w : {"weight1", "weight2"}) {
+      std::vector<double> local = shard.experts().find_parameter(w)->tensor.grad().to_double_vector();
+      std::vector<double> slice =
+          full.experts().find_parameter(w)->tensor.grad().narrow(0, 2 * rank, 2).contiguous().to_double_vector();
+      ASSERT_EQ(local.size(), slice.size());
+      for (size_t i = 0; i < local.size(); ++i) EXPECT_NEAR(local[i], slice[i], 1e-12) << w << " " << i;
+    }
+  }
+  for (size_t i = 0; i < sum.size(); ++i) EXPECT_NEAR(sum[i], want[i], 1e-12) << i;
+  std::vector<double> full_router = full.router().weight().tensor.grad().to_double_vector(), full_x = full_dx.to_double_vector();
+  for (size_t i = 0; i < full_router.size(); ++i) EXPECT_NEAR(router_grad[i], full_router[i], 1e-12) << i;
+  for (size_t i = 0; i < full_x.size(); ++i) EXPECT_NEAR(dx[i], full_x[i], 1e-12) << i;
+
+  // Experts holding two experts cannot take counts for four (a dispatch that forgot to localise).
+  MoELayer unwrapped(c);
+  unwrapped.load_state_dict(full.state_dict());
+  for (const char* w : {"weight1", "weight2"}) {
+    Parameter* p = unwrapped.experts().find_parameter(w);
+    p->tensor = full.experts().find_parameter(w)->tensor.detach().narrow(0, 0, 2).clone();
+  }
+  autograd::NoGradGuard ng;
+  try {
+    unwrapped.forward(x);
+    FAIL() << "expected ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("must have one count per expert"), std::string::npos) << e.what();
+  }
 }

@@ -2,8 +2,10 @@
 // bf16 within a stated tolerance. (Issue 2, item 4/5.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
+#include "loom/autograd/grad_mode.h"
 #include "loom/ops/elementwise.h"
 #include "loom/ops/shape.h"
 #include "testing/gradcheck.h"
@@ -122,4 +124,31 @@ TEST(OpsElementwise, SwigluPackedEqualsSplitAndPassesGradcheck) {
     EXPECT_NEAR(pb[i], g / (1 + std::exp(-g)) * u, 0.0079 * std::abs(pb[i]) + 1e-6);
   }
   EXPECT_THROW(ops::swiglu_packed(Tensor::zeros({2, 3})), ShapeError);
+}
+
+TEST(OpsElementwise, MaximumIsElementwiseBroadcastsKeepsNanAndHasNoBackward) {
+  const float inf = INFINITY, nan = NAN;
+  Tensor a = Tensor::from_vector(std::vector<float>{1, -inf, 3, nan, -2, 0}, {2, 3});
+  Tensor b = Tensor::from_vector(std::vector<float>{2, -inf, 1}, {3});
+  auto m = ops::maximum(a, b).to_float_vector();
+  ASSERT_EQ(m.size(), 6u);
+  EXPECT_EQ(m[0], 2.f);
+  EXPECT_EQ(m[1], -inf);  // a head that saw no key stays -inf
+  EXPECT_EQ(m[2], 3.f);
+  EXPECT_TRUE(std::isnan(m[3]));  // a NaN is never hidden by the running maximum
+  EXPECT_EQ(m[4], -2.f);
+  EXPECT_EQ(m[5], 1.f);
+  // bf16 picks one of its inputs, so it is exact.
+  Tensor x = random_f64({32}, 41).to(DType::bf16), y = random_f64({32}, 42).to(DType::bf16);
+  auto mb = ops::maximum(x, y).to_float_vector(), xv = x.to_float_vector(), yv = y.to_float_vector();
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(mb[i], std::max(xv[i], yv[i]));
+  Tensor g = leaf({3}, 43);
+  try {
+    ops::maximum(g, Tensor::zeros({3}, DType::f64));
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("maximum has no backward"), std::string::npos) << e.what();
+  }
+  autograd::NoGradGuard no_grad;
+  EXPECT_EQ(ops::maximum(g, g).to_double_vector(), g.to_double_vector());
 }

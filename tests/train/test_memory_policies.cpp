@@ -34,6 +34,7 @@ TEST(TrainerMemoryPolicies, EveryPolicyTrainsExactlyLikeNone) {
       {"full", "recompute:\n  mode: full\n  full_recompute_layer: ['0-1']\n"},
       {"select", "recompute:\n  mode: select\n  select_module:\n    '.*mlp': ['0']\n    'self_attention': ['1']\n"},
       {"full+select", "recompute:\n  mode: select\n  full_recompute_layer: ['0']\n  select_module:\n    '.*mlp': ['1']\n"},
+      {"select core_attention", "recompute:\n  mode: select\n  select_module:\n    '.*core_attention': ['0-1']\n"},
       {"exclude_op", "recompute:\n  mode: full\n  full_recompute_layer: ['0-1']\n  exclude_op: ['linear']\n"},
       {"layer_swap", "swap:\n  enable: True\n  default_prefetch: 1\n  layer_swap:\n    - layers: ['0']\n"},
       {"op_swap", "swap:\n  enable: True\n  op_swap:\n    - op_name: '.*attention'\n      layers: ['0']\n"},

@@ -16,8 +16,9 @@ namespace {
 // Module paths inside one Loom decoder layer (docs/HELPERS.md naming), which `select_module`
 // and `op_name` regexes must match in full.
 std::vector<std::string> layer_module_paths(const ModelFacts& facts) {
-  std::vector<std::string> paths = {"input_layernorm", "self_attention", "self_attention.linear_proj",
-                                    "pre_mlp_layernorm", "mlp", "mlp.linear_fc1", "mlp.linear_fc2"};
+  std::vector<std::string> paths = {"input_layernorm", "self_attention", "self_attention.core_attention",
+                                    "self_attention.linear_proj", "pre_mlp_layernorm", "mlp", "mlp.linear_fc1",
+                                    "mlp.linear_fc2"};
   if (facts.multi_latent_attention) {
     for (const char* m : {"linear_q", "linear_qa", "q_layernorm", "linear_qb", "linear_kva", "kv_layernorm", "linear_kvb"})
       paths.push_back(std::string("self_attention.") + m);
@@ -26,8 +27,8 @@ std::vector<std::string> layer_module_paths(const ModelFacts& facts) {
       paths.push_back(std::string("self_attention.") + m);
   }
   if (facts.num_experts)
-    for (const char* m : {"mlp.router", "mlp.experts", "mlp.shared_experts", "mlp.shared_experts.linear_fc1",
-                          "mlp.shared_experts.linear_fc2"})
+    for (const char* m : {"mlp.router", "mlp.token_dispatcher", "mlp.experts", "mlp.shared_experts",
+                          "mlp.shared_experts.linear_fc1", "mlp.shared_experts.linear_fc2"})
       paths.emplace_back(m);
   return paths;
 }

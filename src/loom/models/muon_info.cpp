@@ -76,11 +76,11 @@ std::vector<QkClipObservation> take_qk_clip_observations(nn::CausalLM& model, co
   MuonModelFacts facts = muon_model_facts(a);
   std::vector<nn::AttentionLayer*> layers = model.attention_layers();
   for (const QkClipLayerNames& n : facts.qk_clip_layers) {
-    nn::AttentionLayer* layer = layers.at(static_cast<size_t>(n.layer));
+    nn::CoreAttention& core = layers.at(static_cast<size_t>(n.layer))->core_attention();
     QkClipObservation o;
     o.names = n;
-    if (layer->max_logits().defined()) o.max_logits = layer->max_logits().to_float_vector();
-    layer->reset_max_logits();
+    if (core.max_logits().defined()) o.max_logits = core.max_logits().to_float_vector();
+    core.reset_max_logits();
     out.push_back(std::move(o));
   }
   return out;

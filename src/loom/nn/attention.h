@@ -1,11 +1,18 @@
 // Self-attention layers. Both take x [B, S, hidden] (compute dtype), optional position_ids
 // ([B, S] or [S]) and optional doc_ends ([B, K] packed-document ends, ops::attention), and are
 // causal. `SelfAttention` is MHA/GQA with optional biases and Qwen3's per-head qk-norm before
-// RoPE; `MLASelfAttention` (mla.h) is DeepSeek's multi-latent attention.
+// RoPE; `MLASelfAttention` (mla.h) is DeepSeek's multi-latent attention. Both run the projections,
+// then `core_attention` (core_attention.h), then linear_proj.
+//
+// Head counts come from the weights at forward time (a projection's output width over the
+// per-head width), never from the config: a tensor-parallel strategy that replaces the column-
+// parallel projections' weights by a shard of whole heads (and linear_proj's by the matching
+// column shard) gets the rank's heads with no change here.
 #pragma once
 
 #include <memory>
 
+#include "loom/nn/core_attention.h"
 #include "loom/nn/linear.h"
 #include "loom/nn/norm.h"
 #include "loom/nn/rotary.h"
@@ -16,23 +23,20 @@ class AttentionLayer : public Module {
  public:
   using Module::Module;
   virtual Tensor forward(const Tensor& x, const Tensor& position_ids, const Tensor& doc_ends) = 0;
-
-  // Muon QK-clip input (semantics.md §2.2): when tracking, every forward folds the per-head max
-  // of softmax_scale·q·k into a running fp32 [heads] maximum until reset. Recomputed forwards
-  // (activation checkpointing) do not count again.
-  void set_track_max_logits(bool on) { track_max_logits_ = on; }
-  bool tracking_max_logits() const { return track_max_logits_; }
-  const Tensor& max_logits() const { return max_logits_; }  // undefined before the first forward
-  void reset_max_logits() { max_logits_ = Tensor(); }
+  // Between the projections and linear_proj: where context parallelism attaches and where the
+  // QK-clip max logits are tracked.
+  CoreAttention& core_attention() { return *core_attention_; }
 
  protected:
-  void fold_max_logits(const Tensor& step_max);
-  bool track_max_logits_ = false;
-  Tensor max_logits_;
+  std::shared_ptr<CoreAttention> core_attention_;
 };
 
+// projected [B, S, heads·head_width] → [B, S, heads, head_width]; `what` names the projection for
+// the error when the width holds no whole number of heads.
+Tensor split_heads(const Tensor& projected, int64_t head_width, const char* what);
+
 // q = linear_q(x) [B,S,H,hd], k = linear_k(x), v = linear_v(x) [B,S,KV,hd]; with qk_layernorm
-// q = q_layernorm(q), k = k_layernorm(k) over hd; RoPE on q and k; causal flash attention with
+// q = q_layernorm(q), k = k_layernorm(k) over hd; RoPE on q and k; causal core attention with
 // scale hd^-0.5; linear_proj of the concatenated heads.
 class SelfAttention : public AttentionLayer {
  public:
@@ -40,7 +44,7 @@ class SelfAttention : public AttentionLayer {
   Tensor forward(const Tensor& x, const Tensor& position_ids, const Tensor& doc_ends) override;
 
  private:
-  int64_t heads_, kv_heads_, head_dim_;
+  int64_t head_dim_;
   bool interleaved_;
   std::shared_ptr<RotaryEmbedding> rotary_;
   std::shared_ptr<Linear> linear_q_, linear_k_, linear_v_, linear_proj_;

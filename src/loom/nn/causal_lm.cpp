@@ -105,7 +105,7 @@ void CausalLM::set_auxiliary_loss_grad_scale(double scale) {
 }
 
 void CausalLM::set_track_max_logits(bool on) {
-  for (AttentionLayer* a : attention_layers()) a->set_track_max_logits(on);
+  for (AttentionLayer* a : attention_layers()) a->core_attention().set_track_max_logits(on);
 }
 
 void CausalLM::update_expert_biases() {
@@ -129,7 +129,7 @@ Tensor CausalLM::logits(const Tensor& input_ids, const Tensor& position_ids, con
   return ops::linear(h, head_weight(h.dtype()));
 }
 
-LMOutput CausalLM::forward(const LMBatch& b) {
+LMOutput CausalLM::forward(const LMBatch& b, const ForwardOptions& options) {
   LOOM_CHECK(b.labels.defined() && b.labels.shape() == b.input_ids.shape(), ShapeError,
              "CausalLM: labels ", b.labels.defined() ? b.labels.shape().str() : std::string("(undefined)"),
              " must have the shape of input_ids ", b.input_ids.shape().str());
@@ -153,7 +153,7 @@ LMOutput CausalLM::forward(const LMBatch& b) {
       Tensor hk = layer->forward(prev, embedding_->forward(ids), pos, b.doc_ends);
       Tensor nk = layer->final_layernorm().forward(hk);
       Tensor ce = ops::linear_cross_entropy(nk, head_weight(nk.dtype()), labels, mask, -100, 0,
-                                            /*grads_in_forward=*/true);
+                                            options.head_grads_in_forward);
       out.mtp_losses.push_back(ce.detach());
       total = total.defined() ? ops::add(total, ce) : ce;
       prev = hk;
@@ -164,10 +164,8 @@ LMOutput CausalLM::forward(const LMBatch& b) {
   }
 
   Tensor hn = decoder_->final_layernorm().forward(h);
-  // Training runs backward right after forward: forming the head's grads in the forward pass
-  // costs 3 GEMMs instead of 4 (no recomputed logits), at the same peak memory.
   out.loss = ops::linear_cross_entropy(hn, head_weight(hn.dtype()), b.labels, b.loss_mask, -100, 0,
-                                       /*grads_in_forward=*/true);
+                                       options.head_grads_in_forward);
 
   for (MoELayer* m : moe_layers()) {
     const Tensor& a = m->last_aux_loss();

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "loom/nn/forward_options.h"
 #include "loom/nn/mtp.h"
 
 namespace loom::nn {
@@ -62,7 +63,7 @@ class CausalLM : public Module {
   explicit CausalLM(const TransformerConfig& config);
   const TransformerConfig& config() const { return config_; }
 
-  LMOutput forward(const LMBatch& batch);
+  LMOutput forward(const LMBatch& batch, const ForwardOptions& options = {});
   // Full logits [B, S, V] of the main head (evaluation and tests; training uses forward()).
   Tensor logits(const Tensor& input_ids, const Tensor& position_ids = Tensor(),
                 const Tensor& doc_ends = Tensor());
@@ -78,6 +79,7 @@ class CausalLM : public Module {
   // backward on loss·s sets s here so every term is scaled alike.
   void set_auxiliary_loss_grad_scale(double scale);
   double auxiliary_loss_grad_scale() const { return aux_grad_scale_; }
+  // Every core attention tracks its per-head max logits (QK-clip) while on.
   void set_track_max_logits(bool on);
   // Aux-loss-free balancing step with this process's counts: every router that has an expert
   // bias updates it from its tokens_per_expert, then all counters reset. (Multi-process trainers

@@ -7,7 +7,7 @@
 namespace loom::nn {
 
 Linear::Linear(int64_t in_features, int64_t out_features, const LinearOptions& o)
-    : Module("Linear"), in_(in_features), out_(out_features) {
+    : Module("Linear") {
   LOOM_CHECK(in_features > 0 && out_features > 0, ValueError, "Linear: sizes must be positive, got in=",
              in_features, " out=", out_features);
   weight_ = &register_parameter("weight", {out_features, in_features}, o.dtype, o.init, o.device);

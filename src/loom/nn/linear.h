@@ -20,11 +20,11 @@ class Linear : public Module {
   Tensor forward(const Tensor& x);
   Parameter& weight() { return *weight_; }
   Parameter* bias() { return bias_; }
-  int64_t in_features() const { return in_; }
-  int64_t out_features() const { return out_; }
+  // Read from the weight, so they are the local sizes once a strategy has sharded it.
+  int64_t in_features() const { return weight_->tensor.size(1); }
+  int64_t out_features() const { return weight_->tensor.size(0); }
 
  private:
-  int64_t in_, out_;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
 };

@@ -2,14 +2,13 @@
 
 #include <cmath>
 
-#include "loom/ops/attention.h"
+#include "loom/ops/rope.h"
 #include "loom/ops/shape.h"
 
 namespace loom::nn {
 
 MLASelfAttention::MLASelfAttention(const TransformerConfig& c, std::shared_ptr<RotaryEmbedding> rotary)
     : AttentionLayer("MLASelfAttention"),
-      heads_(c.num_attention_heads),
       q_lora_rank_(c.q_lora_rank),
       kv_lora_rank_(c.kv_lora_rank),
       nope_(c.qk_nope_head_dim),
@@ -17,30 +16,31 @@ MLASelfAttention::MLASelfAttention(const TransformerConfig& c, std::shared_ptr<R
       v_dim_(c.v_head_dim),
       interleaved_(c.rope_interleave),
       rotary_(std::move(rotary)) {
-  softmax_scale_ = 1.0 / std::sqrt(static_cast<double>(nope_ + rope_)) *
-                   ops::yarn_softmax_scale_factor(c.rope_scaling);
   LinearOptions o;
   o.bias = false;
   o.dtype = c.params_dtype;
   o.init = Init::normal(c.init_std);
-  const int64_t D = c.hidden_size, qk = nope_ + rope_;
+  const int64_t D = c.hidden_size, H = c.num_attention_heads, qk = nope_ + rope_;
   if (q_lora_rank_ > 0) {
     LinearOptions qa = o;
     qa.bias = c.attention_bias;  // HF q_a_proj carries attention_bias
     linear_qa_ = register_module("linear_qa", std::make_shared<Linear>(D, q_lora_rank_, qa));
     q_layernorm_ = register_module("q_layernorm", make_norm(c, q_lora_rank_));
-    linear_qb_ = register_module("linear_qb", std::make_shared<Linear>(q_lora_rank_, heads_ * qk, o));
+    linear_qb_ = register_module("linear_qb", std::make_shared<Linear>(q_lora_rank_, H * qk, o));
   } else {
-    linear_q_ = register_module("linear_q", std::make_shared<Linear>(D, heads_ * qk, o));
+    linear_q_ = register_module("linear_q", std::make_shared<Linear>(D, H * qk, o));
   }
   LinearOptions kva = o;
   kva.bias = c.attention_bias;  // HF kv_a_proj_with_mqa carries attention_bias
   linear_kva_ = register_module("linear_kva", std::make_shared<Linear>(D, kv_lora_rank_ + rope_, kva));
   kv_layernorm_ = register_module("kv_layernorm", make_norm(c, kv_lora_rank_));
-  linear_kvb_ = register_module("linear_kvb", std::make_shared<Linear>(kv_lora_rank_, heads_ * (nope_ + v_dim_), o));
+  linear_kvb_ = register_module("linear_kvb", std::make_shared<Linear>(kv_lora_rank_, H * (nope_ + v_dim_), o));
+  CoreAttentionOptions core;
+  core.softmax_scale = 1.0 / std::sqrt(static_cast<double>(qk)) * ops::yarn_softmax_scale_factor(c.rope_scaling);
+  core_attention_ = register_module("core_attention", std::make_shared<CoreAttention>(core));
   LinearOptions proj = o;
   proj.bias = c.attention_bias;  // HF o_proj carries attention_bias
-  linear_proj_ = register_module("linear_proj", std::make_shared<Linear>(heads_ * v_dim_, D, proj));
+  linear_proj_ = register_module("linear_proj", std::make_shared<Linear>(H * v_dim_, D, proj));
 }
 
 Tensor MLASelfAttention::forward(const Tensor& x, const Tensor& position_ids, const Tensor& doc_ends) {
@@ -49,27 +49,23 @@ Tensor MLASelfAttention::forward(const Tensor& x, const Tensor& position_ids, co
     const int64_t B = h.size(0), S = h.size(1);
     Tensor q = q_lora_rank_ > 0 ? linear_qb_->forward(q_layernorm_->forward(linear_qa_->forward(h)))
                                 : linear_q_->forward(h);
-    q = ops::reshape(q, {B, S, heads_, nope_ + rope_});
+    q = split_heads(q, nope_ + rope_, q_lora_rank_ > 0 ? "linear_qb" : "linear_q");
+    const int64_t heads = q.size(2);
     auto q_parts = ops::split(q, {nope_, rope_}, 3);
     Tensor q_pe = rotary_->apply(q_parts[1], in[1], interleaved_);
 
     auto kv_parts = ops::split(linear_kva_->forward(h), {kv_lora_rank_, rope_}, 2);
     Tensor k_pe = rotary_->apply(ops::reshape(kv_parts[1], {B, S, 1, rope_}), in[1], interleaved_);
-    Tensor kv = ops::reshape(linear_kvb_->forward(kv_layernorm_->forward(kv_parts[0])),
-                             {B, S, heads_, nope_ + v_dim_});
+    Tensor kv = split_heads(linear_kvb_->forward(kv_layernorm_->forward(kv_parts[0])), nope_ + v_dim_, "linear_kvb");
+    LOOM_CHECK(kv.size(2) == heads, ShapeError, "MLA: linear_kvb gives ", kv.size(2), " heads but ",
+               q_lora_rank_ > 0 ? "linear_qb" : "linear_q", " gives ", heads,
+               "; a sharded attention must keep the same heads of both up-projections");
     auto k_parts = ops::split(kv, {nope_, v_dim_}, 3);
 
     Tensor q_full = ops::cat({q_parts[0], q_pe}, 3);
-    Tensor k_full = ops::cat({k_parts[0], ops::expand(k_pe, {B, S, heads_, rope_})}, 3);
-    ops::AttentionOptions opt;
-    opt.softmax_scale = softmax_scale_;
-    opt.causal = true;
-    opt.doc_ends = in[2];
-    opt.track_max_logits = track_max_logits_;
-    Tensor step_max;
-    Tensor o = ops::attention(q_full, k_full, k_parts[1], opt, track_max_logits_ ? &step_max : nullptr);
-    fold_max_logits(step_max);
-    return std::vector<Tensor>{linear_proj_->forward(ops::reshape(o, {B, S, heads_ * v_dim_}))};
+    Tensor k_full = ops::cat({k_parts[0], ops::expand(k_pe, {B, S, heads, rope_})}, 3);
+    Tensor o = core_attention_->forward(q_full, k_full, k_parts[1], in[2]);
+    return std::vector<Tensor>{linear_proj_->forward(ops::flatten(o, 2))};
   })[0];
 }
 

@@ -4,8 +4,10 @@
 //   c, k_pe   = split(linear_kva x, [kv_lora_rank, dr]);  k_pe: ONE rope key shared by all heads
 //   k_nope, v = split(linear_kvb(kv_layernorm c) [B,S,H,dn+dv], [dn, dv])
 //   q_pe, k_pe rotated (interleaved pairs when rope_interleave, as the reference code)
-//   o         = linear_proj(attention([q_nope; q_pe], [k_nope; k_pe], v))
+//   o         = linear_proj(core_attention([q_nope; q_pe], [k_nope; k_pe], v))
 // softmax scale (dn+dr)^-0.5 · m², m = yarn_get_mscale(factor, mscale_all_dim) under YaRN.
+// H is read at forward time from linear_qb (linear_q) and linear_kvb, which must agree: a
+// tensor-parallel shard keeps the same whole heads of both (and the matching linear_proj columns).
 #pragma once
 
 #include "loom/nn/attention.h"
@@ -16,12 +18,11 @@ class MLASelfAttention : public AttentionLayer {
  public:
   MLASelfAttention(const TransformerConfig& config, std::shared_ptr<RotaryEmbedding> rotary);
   Tensor forward(const Tensor& x, const Tensor& position_ids, const Tensor& doc_ends) override;
-  double softmax_scale() const { return softmax_scale_; }
+  double softmax_scale() const { return core_attention_->options().softmax_scale; }
 
  private:
-  int64_t heads_, q_lora_rank_, kv_lora_rank_, nope_, rope_, v_dim_;
+  int64_t q_lora_rank_, kv_lora_rank_, nope_, rope_, v_dim_;
   bool interleaved_;
-  double softmax_scale_;
   std::shared_ptr<RotaryEmbedding> rotary_;
   std::shared_ptr<Linear> linear_q_, linear_qa_, linear_qb_, linear_kva_, linear_kvb_, linear_proj_;
   std::shared_ptr<Norm> q_layernorm_, kv_layernorm_;

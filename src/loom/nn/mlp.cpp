@@ -16,7 +16,7 @@ Tensor mlp_activation(const Tensor& h, Activation activation, bool gated) {
 }
 
 MLP::MLP(const TransformerConfig& c, int64_t ffn_hidden_size)
-    : Module("MLP"), ffn_(ffn_hidden_size), activation_(c.activation), gated_(c.gated_linear_unit) {
+    : Module("MLP"), activation_(c.activation), gated_(c.gated_linear_unit) {
   LOOM_CHECK(ffn_hidden_size > 0, ValueError, "MLP: ffn hidden size must be positive, got ",
              ffn_hidden_size);
   LinearOptions o;

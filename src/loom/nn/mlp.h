@@ -13,12 +13,11 @@ class MLP : public Module {
  public:
   MLP(const TransformerConfig& config, int64_t ffn_hidden_size);
   Tensor forward(const Tensor& x);
-  int64_t ffn_hidden_size() const { return ffn_; }
+  int64_t ffn_hidden_size() const { return fc2_->in_features(); }  // local under tensor parallelism
   const std::shared_ptr<Linear>& linear_fc1() const { return fc1_; }
   const std::shared_ptr<Linear>& linear_fc2() const { return fc2_; }
 
  private:
-  int64_t ffn_;
   Activation activation_;
   bool gated_;
   std::shared_ptr<Linear> fc1_, fc2_;

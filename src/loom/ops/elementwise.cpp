@@ -74,6 +74,14 @@ Tensor div(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  LOOM_TRACE("op", "maximum");
+  LOOM_CHECK(!autograd::needs_grad(a, b), ValueError,
+             "maximum: an input requires grad, but maximum has no backward; call it on detached "
+             "tensors or under autograd::NoGradGuard");
+  return k::binary(k::BinaryOp::maximum, a, b, "maximum");
+}
+
 Tensor scale(const Tensor& a, double s) {
   LOOM_TRACE("op", "scale");
   Tensor out = k::affine(a, s, 0.0);

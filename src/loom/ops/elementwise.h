@@ -10,6 +10,9 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
+// Elementwise max(a, b) (NaN wins), for running statistics such as the QK-clip max logits. It
+// has no backward: inputs that would need a grad are rejected rather than silently cut off.
+Tensor maximum(const Tensor& a, const Tensor& b);
 // a * s
 Tensor scale(const Tensor& a, double s);
 // a + s

@@ -31,7 +31,7 @@ void check_token_ids(const Tensor& ids, int64_t vocab_size, const char* what) {
 }
 }  // namespace
 
-ForwardResult CausalLMModel::forward(const data::Batch& batch) {
+ForwardResult CausalLMModel::forward(const data::Batch& batch, const nn::ForwardOptions& options) {
   check_token_ids(batch.input_ids, args_.vocab_size, "token id");
   check_token_ids(batch.labels, args_.vocab_size, "label id");
   nn::LMBatch lm;
@@ -44,7 +44,7 @@ ForwardResult CausalLMModel::forward(const data::Batch& batch) {
              "train_dataset.dataloader.config.create_attention_mask: Loom's attention takes causal and "
              "document masks, not dense [S, S] masks; set create_attention_mask: False (with "
              "create_compressed_eod_mask: True for packed documents)");
-  nn::LMOutput out = model_->forward(lm);
+  nn::LMOutput out = model_->forward(lm, options);
   ForwardResult r;
   r.loss = out.loss;
   if (out.aux_loss.defined()) r.extras["load_balancing_loss"] = out.aux_loss.item();

@@ -18,7 +18,7 @@ class CausalLMModel : public TrainModel {
   CausalLMModel(models::ModelArgs args, std::shared_ptr<nn::CausalLM> model, nlohmann::ordered_json section);
 
   nn::Module& module() override { return *model_; }
-  ForwardResult forward(const data::Batch& batch) override;
+  ForwardResult forward(const data::Batch& batch, const nn::ForwardOptions& options) override;
   void after_optimizer_step() override;
   std::vector<Tensor> data_parallel_sums() override;
   void set_backward_scale(double scale) override { model_->set_auxiliary_loss_grad_scale(scale); }

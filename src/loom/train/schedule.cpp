@@ -35,7 +35,7 @@ StepResult PlainSchedule::run_step(const BatchSource& next_batch) {
     ForwardResult r;
     {
       LOOM_TRACE("step", "forward");
-      r = model_.forward(batch);
+      r = model_.forward(batch, {true});  // backward follows at once: the head forms its grads now
     }
     // backward(loss / A) with the seed `sense` (the reference's _forward_backward): the two
     // factors stay separate so the grads round exactly as one process summing A micro-batches.

@@ -9,6 +9,7 @@
 #include "loom/core/tensor.h"
 #include "loom/data/batch.h"
 #include "loom/memory/layer_paths.h"
+#include "loom/nn/forward_options.h"
 #include "loom/nn/module.h"
 #include "loom/optim/muon.h"
 
@@ -23,8 +24,9 @@ class TrainModel {
  public:
   virtual ~TrainModel() = default;
   virtual nn::Module& module() = 0;
-  // One micro-batch forward; backward is run by the trainer on result.loss (scaled).
-  virtual ForwardResult forward(const data::Batch& batch) = 0;
+  // One micro-batch forward; backward is run by the trainer on result.loss (scaled). The caller
+  // says how (nn::ForwardOptions): it alone knows whether backward follows at once.
+  virtual ForwardResult forward(const data::Batch& batch, const nn::ForwardOptions& options) = 0;
   // Called once per optimizer update, after it (aux-loss-free expert-bias update, counter resets).
   virtual void after_optimizer_step() {}
   // Per-step counters that every data-parallel rank must see summed over all ranks before
