@@ -67,4 +67,8 @@ double ParallelModel::replica_factor(const std::string& param) const {
   return it == params_.end() ? 1.0 : static_cast<double>(mesh_->replica_factor(it->second->placement));
 }
 
+CachingAllocator* ParallelModel::optimizer_state_pool() const {
+  return fsdp_ && fsdp_->options().cpu_offload ? &host_pool() : nullptr;
+}
+
 }  // namespace loom::dist

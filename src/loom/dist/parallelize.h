@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/allocator.h"
 #include "loom/dist/device_mesh.h"
 #include "loom/dist/fsdp.h"
 #include "loom/nn/module.h"
@@ -62,6 +63,9 @@ class ParallelModel {
   double backward_scale() const { return backward_scale_; }
   // Ranks holding the same local grad of `param` (1 for a name it does not know: buffers).
   double replica_factor(const std::string& param) const;
+  // Where the optimizer's state belongs when not in device memory: the host pool with FSDP's
+  // cpu_offload (beside the sharded parameters and grads), else null.
+  CachingAllocator* optimizer_state_pool() const;
 
  private:
   friend std::unique_ptr<ParallelModel> parallelize(nn::Module&, std::shared_ptr<DeviceMesh>, const ParallelizeOptions&);

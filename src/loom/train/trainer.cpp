@@ -170,7 +170,7 @@ void Trainer::build_optimizer() {
   optimizer_ = optim::build_optimizer(optimizer_json(config_.optimizer), params, context);
   optimizer_->set_lr_scheduler(scheduler_);
   // cpu_offload: the sharded optimizer state joins the sharded params and grads in the host pool.
-  if (config_.parallelism.cpu_offload) optimizer_->relocate_state(host_pool());
+  if (CachingAllocator* pool = parallel_->optimizer_state_pool()) optimizer_->relocate_state(*pool);
   model_->set_track_max_logits(optimizer_->uses_qk_clip());
 }
 
