@@ -36,11 +36,7 @@ void ParallelModel::materialize(uint64_t seed) {
   if (!built_on_meta_) return;
   autograd::NoGradGuard no_grad;
   for (auto& [name, p] : params_) {
-    Tensor& local = p->local_shard.defined() ? p->local_shard : p->tensor;
-    if (local.is_meta()) {
-      local = Tensor::empty(p->local_shape(), p->dtype);
-      local.set_requires_grad(p->trainable);
-    }
+    nn::allocate_local(*p);
     nn::initialize_parameter(*p, name, seed);
   }
   for (auto& [name, b] : module_->named_buffers("", /*persistent_only=*/false))

@@ -131,17 +131,6 @@ Tensor box(Tensor t, const std::vector<int64_t>& offset, const Shape& shape) {
   return t;
 }
 
-// The local tensor of `p` to write into: allocated (local shape) when it is still on meta.
-Tensor& writable_local(Parameter& p) {
-  Tensor& local = p.local_shard.defined() ? p.local_shard : p.tensor;
-  if (local.is_meta()) {
-    const bool grad = local.requires_grad();
-    local = Tensor::empty(p.local_shape(), p.dtype);
-    if (grad) local.set_requires_grad(true);
-  }
-  return local;
-}
-
 }  // namespace
 
 void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict, const std::string& source) {
@@ -178,7 +167,7 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
   for (auto& [n, p] : params) {
     auto it = state.find(n);
     if (it == state.end()) continue;
-    Tensor& local = writable_local(*p);
+    Tensor& local = allocate_local(*p);
     for (const Piece& piece : p->pieces())
       box(local, piece.local_offset, piece.shape).copy_(box(it->second, piece.global_offset, piece.shape));
   }
@@ -188,6 +177,15 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
     if (b->is_meta()) *b = it->second.to(b->dtype()).clone();
     else b->copy_(it->second);
   }
+}
+
+Tensor& allocate_local(Parameter& p, Device device) {
+  Tensor& local = p.local_shard.defined() ? p.local_shard : p.tensor;
+  if (local.is_meta()) {
+    local = Tensor::empty(p.local_shape(), p.dtype, device);
+    local.set_requires_grad(p.trainable);
+  }
+  return local;
 }
 
 void initialize_parameter(Parameter& p, const std::string& name, uint64_t seed) {
@@ -236,11 +234,9 @@ void initialize_parameter(Parameter& p, const std::string& name, uint64_t seed) 
 void Module::materialize(uint64_t seed, Device device) {
   autograd::NoGradGuard no_grad;
   for (auto& [name, p] : named_parameters()) {
-    Tensor& local = p->local_shard.defined() ? p->local_shard : p->tensor;
-    if (!local.is_meta()) continue;
-    local = Tensor::empty(p->local_shape(), p->dtype, device);
+    if (!p->local().is_meta()) continue;
+    allocate_local(*p, device);
     initialize_parameter(*p, name, seed);
-    local.set_requires_grad(p->trainable);
   }
   for (auto& [path, m] : named_modules())
     for (auto& [n, b] : m->buffers_)

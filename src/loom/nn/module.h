@@ -56,6 +56,10 @@ struct Parameter {
   std::vector<Piece> pieces() const { return placement.pieces(global_shape); }
 };
 
+// Allocates p.local() (its local shape, on `device`) when it is still on the meta device, with
+// requires_grad when the parameter is trainable; returns it.
+Tensor& allocate_local(Parameter& p, Device device = Device::cpu());
+
 // Fills p.local() (allocated) from p.init with the Philox stream of `name` by global element
 // index: every slice of every layout gets the numbers the whole tensor has at those positions.
 void initialize_parameter(Parameter& p, const std::string& name, uint64_t seed);
