@@ -128,18 +128,21 @@ Registry& registry() {
   return r;
 }
 
+// Out of line, so the lookup itself stays a few instructions.
+[[noreturn]] __attribute__((noinline)) void throw_no_kernels(const Device& device, const char* op) {
+  LOOM_THROW(DeviceError, op, ": no kernels are registered for device ", device.str(),
+             device.is_meta()
+                 ? " (meta tensors have shapes but no data: materialise the model on cpu before "
+                   "computing on it)"
+                 : " in this build (only cpu kernels are built; move the tensors to cpu, or "
+                   "register that device's kernels with kernels::register_kernels)");
+}
+
 }  // namespace
 
 const KernelTable& table(const Device& device, const char* op) {
   Registry& r = registry();
-  if (!r.registered[slot(device.type)]) [[unlikely]] {
-    LOOM_THROW(DeviceError, op, ": no kernels are registered for device ", device.str(),
-               device.is_meta()
-                   ? " (meta tensors have shapes but no data: materialise the model on cpu "
-                     "before computing on it)"
-                   : " in this build (only cpu kernels are built; move the tensors to cpu, or "
-                     "register that device's kernels with kernels::register_kernels)");
-  }
+  if (!r.registered[slot(device.type)]) [[unlikely]] throw_no_kernels(device, op);
   return r.tables[slot(device.type)];
 }
 
