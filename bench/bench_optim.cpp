@@ -13,7 +13,7 @@
 
 #include "loom/core/parallel.h"
 #include "loom/core/tensor.h"
-#include "loom/optim/adamw_kernel.h"
+#include "loom/kernels/cpu/optimizer.h"
 #include "loom/optim/muon.h"
 
 using namespace loom;
@@ -29,6 +29,12 @@ struct Buffers {
   std::vector<float> p, g, m, v;
   std::vector<bf16> p16;
   Buffers() : p(kElems, 0.5f), g(kElems, 1e-3f), m(kElems, 0.f), v(kElems, 0.f), p16(kElems) {}
+  // The same buffers as tensors, for the kernels.
+  Tensor tp = Tensor::from_blob(p.data(), {kElems}, DType::f32);
+  Tensor tg = Tensor::from_blob(g.data(), {kElems}, DType::f32);
+  Tensor tm = Tensor::from_blob(m.data(), {kElems}, DType::f32);
+  Tensor tv = Tensor::from_blob(v.data(), {kElems}, DType::f32);
+  Tensor tp16 = Tensor::from_blob(p16.data(), {kElems}, DType::bf16);
 };
 
 Buffers& buffers() {
@@ -38,9 +44,9 @@ Buffers& buffers() {
 
 void BM_AdamWFusedF32(benchmark::State& state) {
   Buffers& b = buffers();
-  const AdamWScalars s = AdamWScalars::make(1e-4, 0.01, 0.9, 0.95, 1e-8, 10);
+  const kernels::AdamWScalars s = adamw_scalars(1e-4, 0.01, 0.9, 0.95, 1e-8, 10);
   for (auto _ : state) {
-    adamw_update(b.p.data(), b.g.data(), b.m.data(), b.v.data(), kElems, s);
+    kernels::cpu::adamw_update(b.tp, b.tg, b.tm, b.tv, nullptr, s);
     benchmark::ClobberMemory();
   }
   // read p, g, m, v + write p, m, v
@@ -49,9 +55,9 @@ void BM_AdamWFusedF32(benchmark::State& state) {
 
 void BM_AdamWFusedBf16Param(benchmark::State& state) {
   Buffers& b = buffers();
-  const AdamWScalars s = AdamWScalars::make(1e-4, 0.01, 0.9, 0.95, 1e-8, 10);
+  const kernels::AdamWScalars s = adamw_scalars(1e-4, 0.01, 0.9, 0.95, 1e-8, 10);
   for (auto _ : state) {
-    adamw_update(b.p.data(), b.g.data(), b.m.data(), b.v.data(), b.p16.data(), kElems, s);
+    kernels::cpu::adamw_update(b.tp, b.tg, b.tm, b.tv, &b.tp16, s);
     benchmark::ClobberMemory();
   }
   // read p, g, m, v + write p, m, v (fp32) + write the bf16 model copy

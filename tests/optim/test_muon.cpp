@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "loom/core/error.h"
-#include "loom/optim/adamw_kernel.h"
+#include "loom/kernels/cpu/newton_schulz.h"
 #include "loom/optim/muon.h"
 #include "loom/optim/optimizer_factory.h"
 #include "optim_test_util.h"
@@ -14,6 +14,8 @@
 using namespace loom;
 using namespace loom::optim;
 using namespace loom::optim::testing;
+using loom::kernels::cpu::newton_schulz_bf16;
+using loom::kernels::cpu::NsWorkspace;
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include "loom/autograd/grad_mode.h"
 #include "loom/autograd/node.h"
 #include "loom/core/trace.h"
-#include "loom/kernels/cpu/elementwise.h"
+#include "loom/kernels/kernel_table.h"
 
 namespace loom::autograd {
 
@@ -27,13 +27,13 @@ void accumulate(Tensor& slot, Tensor&& g) {
   const bool owned = slot.impl_shared().use_count() == 1 && slot.storage().use_count() == 1 &&
                      slot.is_contiguous();
   if (!owned) slot = slot.clone();  // someone else sees this buffer: never add into it
-  kernels::cpu::add_(slot, g);
+  kernels::for_tensor(slot, "grad accumulation").add_(slot, g, 1.0);
 }
 
 Tensor default_root_grad(const Tensor& root) {
   LOOM_CHECK(root.numel() == 1, AutogradError, "backward on a non-scalar tensor of shape ",
              root.shape().str(), " needs an explicit gradient of the same shape");
-  return Tensor::ones(root.shape(), root.dtype());
+  return Tensor::ones(root.shape(), root.dtype(), root.device());
 }
 
 // Runs the graph. When `capture` is given, grads arriving at those edges are stored there instead

@@ -20,7 +20,8 @@ std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>&& grad_outputs) {
   if (!any) return std::vector<Tensor>(next_edges.size());
   // Outputs nobody used get explicit zeros, so formulas can assume every grad is defined.
   for (size_t i = 0; i < grad_outputs.size() && i < output_shapes.size(); ++i)
-    if (!grad_outputs[i].defined()) grad_outputs[i] = Tensor::zeros(output_shapes[i], output_dtypes[i]);
+    if (!grad_outputs[i].defined())
+      grad_outputs[i] = Tensor::zeros(output_shapes[i], output_dtypes[i], output_devices[i]);
   std::vector<Tensor> grads = fn_(grad_outputs, BackwardContext(*this));
   grads.resize(next_edges.size());
   return grads;
@@ -43,6 +44,7 @@ bool record(const char* op, const std::vector<const Tensor*>& inputs,
   for (const Tensor* t : outputs) {
     node->output_shapes.push_back(t && t->defined() ? t->shape() : Shape{});
     node->output_dtypes.push_back(t && t->defined() ? t->dtype() : DType::f32);
+    node->output_devices.push_back(t && t->defined() ? t->device() : Device::cpu());
   }
   connect(node, inputs, outputs);
   return true;

@@ -38,9 +38,10 @@ class FunctionNode : public Node {
   void release_saved() override;
 
   std::vector<SavedTensor> saved;
-  // Shapes/dtypes of the forward outputs, to give zero grads to outputs nobody used.
+  // Shapes/dtypes/devices of the forward outputs, to give zero grads to outputs nobody used.
   std::vector<Shape> output_shapes;
   std::vector<DType> output_dtypes;
+  std::vector<Device> output_devices;
 
  private:
   const char* op_;

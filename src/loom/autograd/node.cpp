@@ -1,7 +1,7 @@
 #include "loom/autograd/node.h"
 
 #include "loom/autograd/grad_mode.h"
-#include "loom/kernels/cpu/elementwise.h"
+#include "loom/kernels/kernel_table.h"
 
 namespace loom::autograd {
 
@@ -52,11 +52,11 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
     if (incoming.dtype() == grad_dtype && incoming.is_contiguous() && sole_owner) {
       meta.grad = std::move(incoming);  // nobody else sees this buffer: adopt without copying
     } else {
-      meta.grad = Tensor::empty(leaf_.shape(), grad_dtype);
+      meta.grad = Tensor::empty(leaf_.shape(), grad_dtype, leaf_.device());
       meta.grad.copy_(incoming);
     }
   } else {
-    kernels::cpu::add_(meta.grad, incoming);
+    kernels::for_tensor(meta.grad, "grad accumulation").add_(meta.grad, incoming, 1.0);
   }
   for (auto& hook : meta.post_accumulate_hooks) hook(leaf_);
   return {};

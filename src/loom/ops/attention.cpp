@@ -4,11 +4,10 @@
 #include <cmath>
 
 #include "loom/autograd/function.h"
-#include "loom/kernels/cpu/attention.h"
+#include "loom/kernels/kernel_table.h"
 
 namespace loom::ops {
 
-namespace k = kernels::cpu;
 using autograd::BackwardContext;
 using autograd::record;
 using Grads = std::vector<Tensor>;
@@ -32,7 +31,6 @@ void check_inputs(const Tensor& q, const Tensor& kt, const Tensor& v, const Atte
              dtype_name(kt.dtype()), ", v ", dtype_name(v.dtype()), "; cast them first");
   check_same_device(q, kt, op);
   check_same_device(q, v, op);
-  check_device_supported(q.device(), op);
   const std::string shapes = "q " + q.shape().str() + ", k " + kt.shape().str() + ", v " + v.shape().str();
   LOOM_CHECK(kt.size(0) == q.size(0) && v.size(0) == q.size(0), ShapeError, "attention: ", shapes,
              ": batch sizes (dim 0) must be equal");
@@ -68,15 +66,17 @@ Tensor attention(const Tensor& q, const Tensor& kt, const Tensor& v, const Atten
   LOOM_TRACE("op", "attention");
   check_inputs(q, kt, v, opt, max_logits);
   const double scale = opt.softmax_scale != 0 ? opt.softmax_scale : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-  k::AttentionMask mask{opt.causal, opt.q_offset, opt.doc_ends};
-  k::AttentionForwardResult fwd = k::attention_forward(q, kt, v, scale, mask, opt.track_max_logits);
+  const kernels::AttentionMask mask{opt.causal, opt.q_offset, opt.doc_ends};
+  kernels::AttentionForwardResult fwd = kernels::for_tensor(q, "attention")
+      .attention_forward(q, kt, v, scale, mask, opt.track_max_logits, kernels::AttentionTiles{});
   if (max_logits) *max_logits = opt.track_max_logits ? fwd.max_logits : Tensor();
   Tensor out = fwd.out;
   record("attention", {&q, &kt, &v}, {&out}, {q, kt, v, out, fwd.lse, opt.doc_ends},
          [scale, causal = opt.causal, q_offset = opt.q_offset](const Grads& g, const BackwardContext& ctx) -> Grads {
-           k::AttentionMask m{causal, q_offset, ctx.saved(5)};
-           k::AttentionGrads grads = k::attention_backward(g[0], ctx.saved(0), ctx.saved(1), ctx.saved(2),
-                                                           ctx.saved(3), ctx.saved(4), scale, m);
+           const kernels::AttentionMask m{causal, q_offset, ctx.saved(5)};
+           kernels::AttentionGrads grads = kernels::for_tensor(g[0], "attention")
+               .attention_backward(g[0], ctx.saved(0), ctx.saved(1), ctx.saved(2), ctx.saved(3), ctx.saved(4),
+                                   scale, m, kernels::AttentionTiles{});
            return {ctx.needs_input_grad(0) ? grads.dq : Tensor(),
                    ctx.needs_input_grad(1) ? grads.dk : Tensor(),
                    ctx.needs_input_grad(2) ? grads.dv : Tensor()};

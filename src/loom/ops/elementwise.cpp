@@ -2,54 +2,57 @@
 
 #include "loom/core/trace.h"
 #include "loom/autograd/function.h"
-#include "loom/kernels/cpu/elementwise.h"
-#include "loom/kernels/cpu/reduce.h"
-#include "loom/kernels/cpu/swiglu.h"
+#include "loom/kernels/kernel_table.h"
 
 namespace loom::ops {
 
-namespace k = kernels::cpu;
 using autograd::BackwardContext;
 using autograd::record;
+using kernels::BinaryOp;
+using kernels::KernelTable;
+using kernels::UnaryOp;
 
 namespace {
 
 using Grads = std::vector<Tensor>;
 
-Tensor reduce_to(const Tensor& g, const Shape& shape) { return k::sum_to_shape(g, shape); }
-
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
   LOOM_TRACE("op", "add");
-  Tensor out = k::binary(k::BinaryOp::add, a, b, "add");
+  Tensor out = kernels::for_tensor(a, "add").binary(BinaryOp::add, a, b, "add");
   const Shape sa = a.shape(), sb = b.shape();
   record("add", {&a, &b}, {&out}, {}, [sa, sb](const Grads& g, const BackwardContext& ctx) -> Grads {
-    return {ctx.needs_input_grad(0) ? reduce_to(g[0], sa) : Tensor(),
-            ctx.needs_input_grad(1) ? reduce_to(g[0], sb) : Tensor()};
+    const KernelTable& k = kernels::for_tensor(g[0], "add");
+    return {ctx.needs_input_grad(0) ? k.sum_to_shape(g[0], sa) : Tensor(),
+            ctx.needs_input_grad(1) ? k.sum_to_shape(g[0], sb) : Tensor()};
   });
   return out;
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   LOOM_TRACE("op", "sub");
-  Tensor out = k::binary(k::BinaryOp::sub, a, b, "sub");
+  Tensor out = kernels::for_tensor(a, "sub").binary(BinaryOp::sub, a, b, "sub");
   const Shape sa = a.shape(), sb = b.shape();
   record("sub", {&a, &b}, {&out}, {}, [sa, sb](const Grads& g, const BackwardContext& ctx) -> Grads {
-    return {ctx.needs_input_grad(0) ? reduce_to(g[0], sa) : Tensor(),
-            ctx.needs_input_grad(1) ? k::affine(reduce_to(g[0], sb), -1.0, 0.0) : Tensor()};
+    const KernelTable& k = kernels::for_tensor(g[0], "sub");
+    return {ctx.needs_input_grad(0) ? k.sum_to_shape(g[0], sa) : Tensor(),
+            ctx.needs_input_grad(1) ? k.affine(k.sum_to_shape(g[0], sb), -1.0, 0.0) : Tensor()};
   });
   return out;
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   LOOM_TRACE("op", "mul");
-  Tensor out = k::binary(k::BinaryOp::mul, a, b, "mul");
+  Tensor out = kernels::for_tensor(a, "mul").binary(BinaryOp::mul, a, b, "mul");
   const Shape sa = a.shape(), sb = b.shape();
   record("mul", {&a, &b}, {&out}, {a, b}, [sa, sb](const Grads& g, const BackwardContext& ctx) -> Grads {
+    const KernelTable& k = kernels::for_tensor(g[0], "mul");
     Grads r(2);
-    if (ctx.needs_input_grad(0)) r[0] = reduce_to(k::binary(k::BinaryOp::mul, g[0], ctx.saved(1), "mul_backward"), sa);
-    if (ctx.needs_input_grad(1)) r[1] = reduce_to(k::binary(k::BinaryOp::mul, g[0], ctx.saved(0), "mul_backward"), sb);
+    if (ctx.needs_input_grad(0))
+      r[0] = k.sum_to_shape(k.binary(BinaryOp::mul, g[0], ctx.saved(1), "mul_backward"), sa);
+    if (ctx.needs_input_grad(1))
+      r[1] = k.sum_to_shape(k.binary(BinaryOp::mul, g[0], ctx.saved(0), "mul_backward"), sb);
     return r;
   });
   return out;
@@ -57,17 +60,18 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 
 Tensor div(const Tensor& a, const Tensor& b) {
   LOOM_TRACE("op", "div");
-  Tensor out = k::binary(k::BinaryOp::div, a, b, "div");
+  Tensor out = kernels::for_tensor(a, "div").binary(BinaryOp::div, a, b, "div");
   const Shape sa = a.shape(), sb = b.shape();
   record("div", {&a, &b}, {&out}, {a, b}, [sa, sb](const Grads& g, const BackwardContext& ctx) -> Grads {
+    const KernelTable& k = kernels::for_tensor(g[0], "div");
     Grads r(2);
     Tensor bv = ctx.saved(1);
-    Tensor ga = k::binary(k::BinaryOp::div, g[0], bv, "div_backward");
-    if (ctx.needs_input_grad(0)) r[0] = reduce_to(ga, sa);
+    Tensor ga = k.binary(BinaryOp::div, g[0], bv, "div_backward");
+    if (ctx.needs_input_grad(0)) r[0] = k.sum_to_shape(ga, sa);
     if (ctx.needs_input_grad(1)) {
       // d(a/b)/db = -a/b² = -(g/b)·(a/b)
-      Tensor q = k::binary(k::BinaryOp::div, ctx.saved(0), bv, "div_backward");
-      r[1] = reduce_to(k::affine(k::binary(k::BinaryOp::mul, ga, q, "div_backward"), -1.0, 0.0), sb);
+      Tensor q = k.binary(BinaryOp::div, ctx.saved(0), bv, "div_backward");
+      r[1] = k.sum_to_shape(k.affine(k.binary(BinaryOp::mul, ga, q, "div_backward"), -1.0, 0.0), sb);
     }
     return r;
   });
@@ -79,21 +83,21 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
   LOOM_CHECK(!autograd::needs_grad(a, b), ValueError,
              "maximum: an input requires grad, but maximum has no backward; call it on detached "
              "tensors or under autograd::NoGradGuard");
-  return k::binary(k::BinaryOp::maximum, a, b, "maximum");
+  return kernels::for_tensor(a, "maximum").binary(BinaryOp::maximum, a, b, "maximum");
 }
 
 Tensor scale(const Tensor& a, double s) {
   LOOM_TRACE("op", "scale");
-  Tensor out = k::affine(a, s, 0.0);
+  Tensor out = kernels::for_tensor(a, "scale").affine(a, s, 0.0);
   record("scale", {&a}, {&out}, {}, [s](const Grads& g, const BackwardContext&) -> Grads {
-    return {k::affine(g[0], s, 0.0)};
+    return {kernels::for_tensor(g[0], "scale").affine(g[0], s, 0.0)};
   });
   return out;
 }
 
 Tensor add_scalar(const Tensor& a, double s) {
   LOOM_TRACE("op", "add_scalar");
-  Tensor out = k::affine(a, 1.0, s);
+  Tensor out = kernels::for_tensor(a, "add_scalar").affine(a, 1.0, s);
   record("add_scalar", {&a}, {&out}, {}, [](const Grads& g, const BackwardContext&) -> Grads {
     return {g[0]};
   });
@@ -104,85 +108,88 @@ Tensor neg(const Tensor& a) { return scale(a, -1.0); }
 
 Tensor exp(const Tensor& a) {
   LOOM_TRACE("op", "exp");
-  Tensor out = k::unary(k::UnaryOp::exp, a, "exp");
+  Tensor out = kernels::for_tensor(a, "exp").unary(UnaryOp::exp, a, "exp");
   record("exp", {&a}, {&out}, {out}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
-    return {k::binary(k::BinaryOp::mul, g[0], ctx.saved(0), "exp_backward")};
+    return {kernels::for_tensor(g[0], "exp").binary(BinaryOp::mul, g[0], ctx.saved(0), "exp_backward")};
   });
   return out;
 }
 
 Tensor log(const Tensor& a) {
   LOOM_TRACE("op", "log");
-  Tensor out = k::unary(k::UnaryOp::log, a, "log");
+  Tensor out = kernels::for_tensor(a, "log").unary(UnaryOp::log, a, "log");
   record("log", {&a}, {&out}, {a}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
-    return {k::binary(k::BinaryOp::div, g[0], ctx.saved(0), "log_backward")};
+    return {kernels::for_tensor(g[0], "log").binary(BinaryOp::div, g[0], ctx.saved(0), "log_backward")};
   });
   return out;
 }
 
 Tensor sqrt(const Tensor& a) {
   LOOM_TRACE("op", "sqrt");
-  Tensor out = k::unary(k::UnaryOp::sqrt, a, "sqrt");
+  Tensor out = kernels::for_tensor(a, "sqrt").unary(UnaryOp::sqrt, a, "sqrt");
   record("sqrt", {&a}, {&out}, {out}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
     // d sqrt(a) = g / (2 sqrt(a))
-    return {k::affine(k::binary(k::BinaryOp::div, g[0], ctx.saved(0), "sqrt_backward"), 0.5, 0.0)};
+    const KernelTable& k = kernels::for_tensor(g[0], "sqrt");
+    return {k.affine(k.binary(BinaryOp::div, g[0], ctx.saved(0), "sqrt_backward"), 0.5, 0.0)};
   });
   return out;
 }
 
 Tensor square(const Tensor& a) {
   LOOM_TRACE("op", "square");
-  Tensor out = k::unary(k::UnaryOp::square, a, "square");
+  Tensor out = kernels::for_tensor(a, "square").unary(UnaryOp::square, a, "square");
   record("square", {&a}, {&out}, {a}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
-    return {k::affine(k::binary(k::BinaryOp::mul, g[0], ctx.saved(0), "square_backward"), 2.0, 0.0)};
+    const KernelTable& k = kernels::for_tensor(g[0], "square");
+    return {k.affine(k.binary(BinaryOp::mul, g[0], ctx.saved(0), "square_backward"), 2.0, 0.0)};
   });
   return out;
 }
 
 Tensor sigmoid(const Tensor& a) {
   LOOM_TRACE("op", "sigmoid");
-  Tensor out = k::unary(k::UnaryOp::sigmoid, a, "sigmoid");
+  Tensor out = kernels::for_tensor(a, "sigmoid").unary(UnaryOp::sigmoid, a, "sigmoid");
   record("sigmoid", {&a}, {&out}, {out}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
-    return {k::sigmoid_backward(g[0].contiguous(), ctx.saved(0))};
+    return {kernels::for_tensor(g[0], "sigmoid").sigmoid_backward(g[0].contiguous(), ctx.saved(0))};
   });
   return out;
 }
 
 Tensor silu(const Tensor& a) {
   LOOM_TRACE("op", "silu");
-  Tensor out = k::unary(k::UnaryOp::silu, a, "silu");
+  Tensor out = kernels::for_tensor(a, "silu").unary(UnaryOp::silu, a, "silu");
   record("silu", {&a}, {&out}, {a}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
-    return {k::silu_backward(g[0], ctx.saved(0))};
+    return {kernels::for_tensor(g[0], "silu").silu_backward(g[0], ctx.saved(0))};
   });
   return out;
 }
 
 Tensor tanh(const Tensor& a) {
   LOOM_TRACE("op", "tanh");
-  Tensor out = k::unary(k::UnaryOp::tanh, a, "tanh");
+  Tensor out = kernels::for_tensor(a, "tanh").unary(UnaryOp::tanh, a, "tanh");
   record("tanh", {&a}, {&out}, {out}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
+    const KernelTable& k = kernels::for_tensor(g[0], "tanh");
     Tensor y = ctx.saved(0);
-    Tensor one_minus_y2 = k::affine(k::unary(k::UnaryOp::square, y, "tanh_backward"), -1.0, 1.0);
-    return {k::binary(k::BinaryOp::mul, g[0], one_minus_y2, "tanh_backward")};
+    Tensor one_minus_y2 = k.affine(k.unary(UnaryOp::square, y, "tanh_backward"), -1.0, 1.0);
+    return {k.binary(BinaryOp::mul, g[0], one_minus_y2, "tanh_backward")};
   });
   return out;
 }
 
 Tensor gelu(const Tensor& a, bool tanh_approx) {
   LOOM_TRACE("op", "gelu");
-  Tensor out = k::gelu(a, tanh_approx);
+  Tensor out = kernels::for_tensor(a, "gelu").gelu(a, tanh_approx);
   record("gelu", {&a}, {&out}, {a}, [tanh_approx](const Grads& g, const BackwardContext& ctx) -> Grads {
-    return {k::gelu_backward(g[0], ctx.saved(0), tanh_approx)};
+    return {kernels::for_tensor(g[0], "gelu").gelu_backward(g[0], ctx.saved(0), tanh_approx)};
   });
   return out;
 }
 
 Tensor swiglu(const Tensor& gate, const Tensor& up) {
   LOOM_TRACE("op", "swiglu");
-  Tensor out = k::swiglu(gate, up);
+  Tensor out = kernels::for_tensor(gate, "swiglu").swiglu(gate, up);
   record("swiglu", {&gate, &up}, {&out}, {gate, up}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
     Tensor dg, du;
-    k::swiglu_backward(g[0], ctx.saved(0), ctx.saved(1), dg, du);
+    kernels::for_tensor(g[0], "swiglu").swiglu_backward(g[0], ctx.saved(0), ctx.saved(1), dg, du);
     return {dg, du};
   });
   return out;
@@ -190,9 +197,9 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
 
 Tensor swiglu_packed(const Tensor& h) {
   LOOM_TRACE("op", "swiglu");
-  Tensor out = k::swiglu_packed(h);
+  Tensor out = kernels::for_tensor(h, "swiglu").swiglu_packed(h);
   record("swiglu", {&h}, {&out}, {h}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
-    return {k::swiglu_packed_backward(g[0], ctx.saved(0))};
+    return {kernels::for_tensor(g[0], "swiglu").swiglu_packed_backward(g[0], ctx.saved(0))};
   });
   return out;
 }

@@ -2,14 +2,13 @@
 
 #include "loom/core/trace.h"
 #include "loom/autograd/function.h"
-#include "loom/kernels/cpu/gemm.h"
-#include "loom/kernels/cpu/reduce.h"
+#include "loom/kernels/kernel_table.h"
 #include "loom/ops/shape.h"
 
 namespace loom::ops {
 
-namespace k = kernels::cpu;
 using autograd::BackwardContext;
+using kernels::KernelTable;
 using autograd::record;
 using Grads = std::vector<Tensor>;
 
@@ -34,26 +33,29 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   }
   Shape out_shape = x.shape();
   out_shape[out_shape.ndim() - 1] = N;
+  const KernelTable& k = kernels::for_tensor(x, "linear");
   Tensor x2 = x.reshape({M, K});
-  Tensor y = Tensor::empty({M, N}, x.dtype());
+  Tensor y = Tensor::empty({M, N}, x.dtype(), x.device());
   if (b.defined()) {
     y.copy_(b.expand({M, N}));  // bias first, then GEMM accumulates onto it (one pass fewer)
-    k::gemm(x2, false, w, true, y, 1.0, 1.0);
+    k.gemm(x2, false, w, true, y, 1.0, 1.0);
   } else {
-    k::gemm(x2, false, w, true, y, 1.0, 0.0);
+    k.gemm(x2, false, w, true, y, 1.0, 0.0);
   }
   Tensor out = y.view(out_shape);
   const bool has_bias = b.defined();
   record("linear", {&x, &w, &b}, {&out}, {x2, w},
          [M, K, N, has_bias, in_shape = x.shape()](const Grads& g, const BackwardContext& ctx) -> Grads {
+           const KernelTable& k = kernels::for_tensor(g[0], "linear");
            Grads r(3);
            Tensor g2 = g[0].reshape({M, N});
-           if (ctx.needs_input_grad(0)) r[0] = k::matmul_2d(g2, false, ctx.saved(1), false).view(in_shape);
+           if (ctx.needs_input_grad(0))
+             r[0] = k.matmul_2d(g2, false, ctx.saved(1), false, g2.dtype()).view(in_shape);
            // bf16/f16 weights: the weight grad stays in fp32 (gradient-accumulation fusion), so
            // the main grad never sees a bf16-rounded wgrad.
            if (ctx.needs_input_grad(1))
-             r[1] = k::matmul_2d(g2, true, ctx.saved(0), false, wgrad_dtype(ctx.saved(1).dtype()));
-           if (has_bias && ctx.needs_input_grad(2)) r[2] = k::sum(g2, {0}, false);
+             r[1] = k.matmul_2d(g2, true, ctx.saved(0), false, wgrad_dtype(ctx.saved(1).dtype()));
+           if (has_bias && ctx.needs_input_grad(2)) r[2] = k.sum(g2, {0}, false);
            return r;
          });
   return out;
@@ -72,23 +74,24 @@ Tensor bmm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   LOOM_CHECK(b.shape()[0] == B && Ka == Kb, ShapeError, "bmm: cannot multiply ", a.shape().str(),
              trans_a ? "ᵀ" : "", " by ", b.shape().str(), trans_b ? "ᵀ" : "",
              " (batch sizes must match and inner dims agree)");
-  Tensor out = Tensor::empty({B, M, N}, a.dtype());
-  k::bmm(a, trans_a, b, trans_b, out);
+  Tensor out = Tensor::empty({B, M, N}, a.dtype(), a.device());
+  kernels::for_tensor(a, "bmm").bmm(a, trans_a, b, trans_b, out, 1.0, 0.0);
   record("bmm", {&a, &b}, {&out}, {a, b}, [trans_a, trans_b](const Grads& g, const BackwardContext& ctx) -> Grads {
+    const KernelTable& k = kernels::for_tensor(g[0], "bmm");
     Grads r(2);
     Tensor av = ctx.saved(0), bv = ctx.saved(1);
     const Tensor& go = g[0];
     if (ctx.needs_input_grad(0)) {
       // C = op(A)·op(B): dop(A) = dC·op(B)ᵀ ; dA = dop(A) or its transpose.
-      Tensor da = Tensor::empty(av.shape(), av.dtype());
-      if (!trans_a) k::bmm(go, false, bv, !trans_b, da);      // [B,M,N]·op(B)ᵀ → [B,M,K]
-      else k::bmm(bv, trans_b, go, true, da);                  // (dC·op(B)ᵀ)ᵀ = op(B)·dCᵀ → [B,K,M]
+      Tensor da = Tensor::empty(av.shape(), av.dtype(), av.device());
+      if (!trans_a) k.bmm(go, false, bv, !trans_b, da, 1.0, 0.0);  // [B,M,N]·op(B)ᵀ → [B,M,K]
+      else k.bmm(bv, trans_b, go, true, da, 1.0, 0.0);              // (dC·op(B)ᵀ)ᵀ = op(B)·dCᵀ → [B,K,M]
       r[0] = da;
     }
     if (ctx.needs_input_grad(1)) {
-      Tensor db = Tensor::empty(bv.shape(), bv.dtype());
-      if (!trans_b) k::bmm(av, !trans_a, go, false, db);      // op(A)ᵀ·dC → [B,K,N]
-      else k::bmm(go, true, av, trans_a, db);                  // dCᵀ·op(A) → [B,N,K]
+      Tensor db = Tensor::empty(bv.shape(), bv.dtype(), bv.device());
+      if (!trans_b) k.bmm(av, !trans_a, go, false, db, 1.0, 0.0);  // op(A)ᵀ·dC → [B,K,N]
+      else k.bmm(go, true, av, trans_a, db, 1.0, 0.0);              // dCᵀ·op(A) → [B,N,K]
       r[1] = db;
     }
     return r;
@@ -109,13 +112,15 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     Shape out_shape = a.shape();
     out_shape[out_shape.ndim() - 1] = N;
     Tensor a2 = a.reshape({M, K});
-    Tensor out = k::matmul_2d(a2, false, b, false).view(out_shape);
+    Tensor out = kernels::for_tensor(a, "matmul").matmul_2d(a2, false, b, false, a2.dtype()).view(out_shape);
     record("matmul", {&a, &b}, {&out}, {a2, b},
            [M, N, in_shape = a.shape()](const Grads& g, const BackwardContext& ctx) -> Grads {
+             const KernelTable& k = kernels::for_tensor(g[0], "matmul");
              Grads r(2);
              Tensor g2 = g[0].reshape({M, N});
-             if (ctx.needs_input_grad(0)) r[0] = k::matmul_2d(g2, false, ctx.saved(1), true).view(in_shape);
-             if (ctx.needs_input_grad(1)) r[1] = k::matmul_2d(ctx.saved(0), true, g2, false);
+             if (ctx.needs_input_grad(0))
+               r[0] = k.matmul_2d(g2, false, ctx.saved(1), true, g2.dtype()).view(in_shape);
+             if (ctx.needs_input_grad(1)) r[1] = k.matmul_2d(ctx.saved(0), true, g2, false, ctx.saved(0).dtype());
              return r;
            });
     return out;

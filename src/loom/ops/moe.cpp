@@ -2,32 +2,31 @@
 
 #include "loom/core/trace.h"
 #include "loom/autograd/function.h"
-#include "loom/kernels/cpu/index.h"
-#include "loom/kernels/cpu/moe.h"
+#include "loom/kernels/kernel_table.h"
 
 namespace loom::ops {
 
-namespace k = kernels::cpu;
 using autograd::BackwardContext;
+using kernels::KernelTable;
 using autograd::record;
 using Grads = std::vector<Tensor>;
 
 MoePermutation moe_permute(const Tensor& x, const Tensor& expert_ids, int64_t num_experts) {
   LOOM_TRACE("op", "moe_permute");
   check_floating(x, "moe_permute", "x");
-  check_device_supported(x.device(), "moe_permute");
+  const KernelTable& k = kernels::for_tensor(x, "moe_permute");
   LOOM_CHECK(x.dim() == 2, ShapeError, "moe_permute: x must be [tokens, hidden], got ", x.shape().str());
   LOOM_CHECK(expert_ids.dim() == 2 && expert_ids.shape()[0] == x.shape()[0], ShapeError,
              "moe_permute: expert_ids ", expert_ids.shape().str(), " must be [tokens, top_k] with the ",
              x.shape()[0], " tokens of x ", x.shape().str());
-  k::MoeRouting routing = k::moe_routing(expert_ids, num_experts);
+  kernels::MoeRouting routing = k.moe_routing(expert_ids, num_experts);
   MoePermutation r;
-  r.permuted = k::moe_permute_rows(x, routing.row_map);
+  r.permuted = k.moe_permute_rows(x, routing.row_map);
   r.tokens_per_expert = routing.tokens_per_expert;
   r.row_map = routing.row_map;
   record("moe_permute", {&x}, {&r.permuted}, {routing.row_map},
          [](const Grads& g, const BackwardContext& ctx) -> Grads {
-           return {k::moe_permute_backward(g[0], ctx.saved(0))};
+           return {kernels::for_tensor(g[0], "moe_permute").moe_permute_backward(g[0], ctx.saved(0))};
          });
   return r;
 }
@@ -35,16 +34,16 @@ MoePermutation moe_permute(const Tensor& x, const Tensor& expert_ids, int64_t nu
 Tensor moe_unpermute(const Tensor& y, const Tensor& row_map, const Tensor& weights) {
   LOOM_TRACE("op", "moe_unpermute");
   check_floating(y, "moe_unpermute", "y");
-  check_device_supported(y.device(), "moe_unpermute");
   if (weights.defined()) check_floating(weights, "moe_unpermute", "weights");
-  Tensor out = k::moe_unpermute(y, row_map, weights);
+  Tensor out = kernels::for_tensor(y, "moe_unpermute").moe_unpermute(y, row_map, weights);
   record("moe_unpermute", {&y, &weights}, {&out}, {y, row_map, weights},
          [](const Grads& g, const BackwardContext& ctx) -> Grads {
            Tensor dy, dw;
            Tensor w = ctx.saved(2);
-           k::moe_unpermute_backward(g[0], ctx.saved(0), ctx.saved(1), w,
-                                     ctx.needs_input_grad(0) ? &dy : nullptr,
-                                     ctx.needs_input_grad(1) && w.defined() ? &dw : nullptr);
+           kernels::for_tensor(g[0], "moe_unpermute")
+               .moe_unpermute_backward(g[0], ctx.saved(0), ctx.saved(1), w,
+                                       ctx.needs_input_grad(0) ? &dy : nullptr,
+                                       ctx.needs_input_grad(1) && w.defined() ? &dw : nullptr);
            return {dy, dw};
          });
   return out;
@@ -55,7 +54,7 @@ Tensor grouped_gemm(const Tensor& x, const Tensor& w, const Tensor& tokens_per_e
   const char* op = "grouped_gemm";
   check_floating(x, op, "x");
   check_same_dtype(x, w, op);
-  check_device_supported(x.device(), op);
+  const KernelTable& k = kernels::for_tensor(x, op);
   LOOM_CHECK(x.dim() == 2, ShapeError, op, ": x must be [rows, in], got ", x.shape().str());
   LOOM_CHECK(w.dim() == 3, ShapeError, op, ": w must be [experts, in, out]", trans_w ? " ([experts, out, in] with trans_w)" : "",
              ", got ", w.shape().str());
@@ -67,21 +66,21 @@ Tensor grouped_gemm(const Tensor& x, const Tensor& w, const Tensor& tokens_per_e
   LOOM_CHECK(tokens_per_expert.dim() == 1 && tokens_per_expert.shape()[0] == E, ShapeError, op,
              ": tokens_per_expert ", tokens_per_expert.shape().str(), " must have one count per expert of w ",
              w.shape().str());
-  Tensor tc = tokens_per_expert.contiguous();
-  std::vector<int64_t> counts(static_cast<size_t>(E));
+  // The counts decide how the rows are cut, so they are needed on the host.
+  const std::vector<int64_t> counts = tokens_per_expert.to_int_vector();
   int64_t total = 0;
   for (int64_t e = 0; e < E; ++e) {
-    counts[e] = k::index_at(tc, e);
     LOOM_CHECK(counts[e] >= 0, ValueError, op, ": tokens_per_expert[", e, "] = ", counts[e], " is negative");
     total += counts[e];
   }
   LOOM_CHECK(total == x.shape()[0], ValueError, op, ": tokens_per_expert sums to ", total, " but x has ",
              x.shape()[0], " rows; pass the counts moe_permute returned for these rows");
-  Tensor out = k::grouped_gemm(x, w, counts, trans_w);
+  Tensor out = k.grouped_gemm(x, w, counts, trans_w);
   record(op, {&x, &w}, {&out}, {x, w}, [counts, trans_w](const Grads& g, const BackwardContext& ctx) -> Grads {
     Tensor dx, dw;
-    k::grouped_gemm_backward(g[0], ctx.saved(0), ctx.saved(1), counts, trans_w,
-                             ctx.needs_input_grad(0) ? &dx : nullptr, ctx.needs_input_grad(1) ? &dw : nullptr);
+    kernels::for_tensor(g[0], "grouped_gemm")
+        .grouped_gemm_backward(g[0], ctx.saved(0), ctx.saved(1), counts, trans_w,
+                               ctx.needs_input_grad(0) ? &dx : nullptr, ctx.needs_input_grad(1) ? &dw : nullptr);
     return {dx, dw};
   });
   return out;

@@ -2,12 +2,11 @@
 
 #include "loom/core/trace.h"
 #include "loom/autograd/function.h"
-#include "loom/kernels/cpu/norm.h"
+#include "loom/kernels/kernel_table.h"
 #include "loom/ops/elementwise.h"
 
 namespace loom::ops {
 
-namespace k = kernels::cpu;
 using autograd::BackwardContext;
 using autograd::record;
 using Grads = std::vector<Tensor>;
@@ -27,14 +26,15 @@ Tensor cast_if(const Tensor& t, DType d) { return t.defined() ? cast(t, d) : t; 
 
 Tensor rms_norm_fused(const Tensor& x, const Tensor& weight, double eps, DType compute) {
   Tensor rstd;
-  Tensor y = k::rms_norm(x, weight, eps, compute, rstd);
+  Tensor y = kernels::for_tensor(x, "rms_norm").rms_norm(x, weight, eps, compute, rstd);
   record("rms_norm", {&x, &weight}, {&y}, {x, weight, rstd},
          [](const Grads& g, const BackwardContext& ctx) -> Grads {
            Tensor dx, dw;
            Tensor w = ctx.saved(1);
-           k::rms_norm_backward(g[0], ctx.saved(0), w, ctx.saved(2),
-                                ctx.needs_input_grad(0) ? &dx : nullptr,
-                                ctx.needs_input_grad(1) ? &dw : nullptr);
+           kernels::for_tensor(g[0], "rms_norm")
+               .rms_norm_backward(g[0], ctx.saved(0), w, ctx.saved(2),
+                                  ctx.needs_input_grad(0) ? &dx : nullptr,
+                                  ctx.needs_input_grad(1) ? &dw : nullptr);
            return {dx, as_param_grad(dw, w)};
          });
   return y;
@@ -43,15 +43,16 @@ Tensor rms_norm_fused(const Tensor& x, const Tensor& weight, double eps, DType c
 Tensor layer_norm_fused(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                         DType compute) {
   Tensor mean, rstd;
-  Tensor y = k::layer_norm(x, weight, bias, eps, compute, mean, rstd);
+  Tensor y = kernels::for_tensor(x, "layer_norm").layer_norm(x, weight, bias, eps, compute, mean, rstd);
   record("layer_norm", {&x, &weight, &bias}, {&y}, {x, weight, bias, mean, rstd},
          [](const Grads& g, const BackwardContext& ctx) -> Grads {
            Tensor dx, dw, db;
            Tensor w = ctx.saved(1), b = ctx.saved(2);
-           k::layer_norm_backward(g[0], ctx.saved(0), w, ctx.saved(3), ctx.saved(4),
-                                  ctx.needs_input_grad(0) ? &dx : nullptr,
-                                  ctx.needs_input_grad(1) ? &dw : nullptr,
-                                  ctx.needs_input_grad(2) ? &db : nullptr);
+           kernels::for_tensor(g[0], "layer_norm")
+               .layer_norm_backward(g[0], ctx.saved(0), w, ctx.saved(3), ctx.saved(4),
+                                    ctx.needs_input_grad(0) ? &dx : nullptr,
+                                    ctx.needs_input_grad(1) ? &dw : nullptr,
+                                    ctx.needs_input_grad(2) ? &db : nullptr);
            return {dx, as_param_grad(dw, w), as_param_grad(db, b)};
          });
   return y;

@@ -2,8 +2,7 @@
 
 #include "loom/core/trace.h"
 #include "loom/autograd/function.h"
-#include "loom/kernels/cpu/elementwise.h"
-#include "loom/kernels/cpu/reduce.h"
+#include "loom/kernels/kernel_table.h"
 
 namespace loom::ops {
 
@@ -27,13 +26,14 @@ Shape kept_shape(const Shape& in, const std::vector<int>& dims) {
 Tensor reduce_op(const Tensor& x, const std::vector<int>& dims, bool keepdim, double factor,
                  const char* name) {
   check_floating(x, name, "input");
-  Tensor out = kernels::cpu::sum(x, dims, keepdim);
-  if (factor != 1.0) out = kernels::cpu::affine(out, factor, 0.0);
+  const kernels::KernelTable& k = kernels::for_tensor(x, name);
+  Tensor out = k.sum(x, dims, keepdim);
+  if (factor != 1.0) out = k.affine(out, factor, 0.0);
   const Shape in = x.shape();
   const Shape kept = kept_shape(in, dims);
-  record(name, {&x}, {&out}, {}, [in, kept, factor](const Grads& g, const BackwardContext&) -> Grads {
+  record(name, {&x}, {&out}, {}, [in, kept, factor, name](const Grads& g, const BackwardContext&) -> Grads {
     Tensor gk = g[0].reshape(kept);
-    if (factor != 1.0) gk = kernels::cpu::affine(gk, factor, 0.0);
+    if (factor != 1.0) gk = kernels::for_tensor(gk, name).affine(gk, factor, 0.0);
     return {gk.expand(in).contiguous()};
   });
   return out;

@@ -7,11 +7,10 @@
 #include <vector>
 
 #include "loom/autograd/function.h"
-#include "loom/kernels/cpu/rope.h"
+#include "loom/kernels/kernel_table.h"
 
 namespace loom::ops {
 
-namespace k = kernels::cpu;
 using autograd::BackwardContext;
 using autograd::record;
 using Grads = std::vector<Tensor>;
@@ -116,10 +115,12 @@ Tensor rope(const Tensor& x, const RopeTable& table, const Tensor& position_ids,
   LOOM_CHECK(x.dim() == 4, ShapeError, "rope: x must be [batch, seq, heads, head_dim], got ",
              x.shape().str());
   Tensor positions = position_ids.defined() ? position_ids : Tensor::arange(x.shape()[1], DType::i64);
-  Tensor out = k::rope(x, table.cos, table.sin, positions, interleaved, /*inverse=*/false);
+  Tensor out = kernels::for_tensor(x, "rope").rope(x, table.cos, table.sin, positions, interleaved,
+                                                   /*inverse=*/false);
   record("rope", {&x}, {&out}, {table.cos, table.sin, positions},
          [interleaved](const Grads& g, const BackwardContext& ctx) -> Grads {
-           return {k::rope(g[0], ctx.saved(0), ctx.saved(1), ctx.saved(2), interleaved, /*inverse=*/true)};
+           return {kernels::for_tensor(g[0], "rope")
+                       .rope(g[0], ctx.saved(0), ctx.saved(1), ctx.saved(2), interleaved, /*inverse=*/true)};
          });
   return out;
 }

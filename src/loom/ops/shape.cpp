@@ -2,7 +2,7 @@
 
 #include "loom/core/trace.h"
 #include "loom/autograd/function.h"
-#include "loom/kernels/cpu/reduce.h"
+#include "loom/kernels/kernel_table.h"
 
 namespace loom::ops {
 
@@ -44,7 +44,7 @@ Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length) {
   const Shape in = x.shape();
   const DType dt = x.dtype();
   record("narrow", {&x}, {&out}, {}, [in, dt, dim, start, length](const Grads& g, const BackwardContext&) -> Grads {
-    Tensor full = Tensor::zeros(in, dt);
+    Tensor full = Tensor::zeros(in, dt, g[0].device());
     full.narrow(dim, start, length).copy_(g[0]);
     return {full};
   });
@@ -58,7 +58,7 @@ Tensor select(const Tensor& x, int dim, int64_t index) {
   const int d = normalize_dim(dim, x.dim(), "select");
   const int64_t idx = index < 0 ? index + x.shape()[d] : index;
   record("select", {&x}, {&out}, {}, [in, dt, d, idx](const Grads& g, const BackwardContext&) -> Grads {
-    Tensor full = Tensor::zeros(in, dt);
+    Tensor full = Tensor::zeros(in, dt, g[0].device());
     full.select(d, idx).copy_(g[0]);
     return {full};
   });
@@ -69,7 +69,7 @@ Tensor expand(const Tensor& x, const Shape& shape) {
   Tensor out = x.expand(shape);
   const Shape in = x.shape();
   record("expand", {&x}, {&out}, {}, [in](const Grads& g, const BackwardContext&) -> Grads {
-    return {kernels::cpu::sum_to_shape(g[0], in)};
+    return {kernels::for_tensor(g[0], "expand").sum_to_shape(g[0], in)};
   });
   return out;
 }
@@ -137,7 +137,7 @@ Tensor cat(const std::vector<Tensor>& xs, int dim) {
     total += x.shape()[d];
   }
   out_shape[d] = total;
-  Tensor out = Tensor::empty(out_shape, first.dtype());
+  Tensor out = Tensor::empty(out_shape, first.dtype(), first.device());
   int64_t offset = 0;
   for (const Tensor& x : xs) {
     out.narrow(d, offset, x.shape()[d]).copy_(x);
@@ -179,7 +179,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   const DType dt = x.dtype();
   // One node for all pieces: backward writes each piece's grad into one full-size buffer.
   record("split", {&x}, out_ptrs, {}, [sizes, d, in, dt](const Grads& g, const BackwardContext&) -> Grads {
-    Tensor full = Tensor::empty(in, dt);
+    Tensor full = Tensor::empty(in, dt, g[0].device());
     int64_t o = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
       full.narrow(d, o, sizes[i]).copy_(g[i]);

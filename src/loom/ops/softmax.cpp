@@ -2,7 +2,7 @@
 
 #include "loom/core/trace.h"
 #include "loom/autograd/function.h"
-#include "loom/kernels/cpu/softmax.h"
+#include "loom/kernels/kernel_table.h"
 
 namespace loom::ops {
 
@@ -18,14 +18,14 @@ Tensor softmax_impl(const Tensor& x, int dim, bool log) {
   const int last = x.dim() - 1;
   // Kernels work on the last dim; other dims are moved there and back.
   Tensor xl = d == last ? x : x.transpose(d, last);
-  Tensor out = kernels::cpu::softmax_last(xl, log);
+  Tensor out = kernels::for_tensor(x, log ? "log_softmax" : "softmax").softmax_last(xl, log);
   if (d != last) out = out.transpose(d, last);
   record(log ? "log_softmax" : "softmax", {&x}, {&out}, {out},
          [d, last, log](const Grads& g, const BackwardContext& ctx) -> Grads {
            Tensor y = ctx.saved(0);
            Tensor gl = d == last ? g[0] : g[0].transpose(d, last);
            Tensor yl = d == last ? y : y.transpose(d, last);
-           Tensor dx = kernels::cpu::softmax_last_backward(gl, yl, log);
+           Tensor dx = kernels::for_tensor(gl, log ? "log_softmax" : "softmax").softmax_last_backward(gl, yl, log);
            return {d == last ? dx : dx.transpose(d, last)};
          });
   return out;

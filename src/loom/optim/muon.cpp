@@ -4,9 +4,8 @@
 #include <cmath>
 
 #include "loom/core/log.h"
-#include "loom/core/parallel.h"
+#include "loom/kernels/kernel_table.h"
 #include "loom/optim/adamw.h"
-#include "loom/optim/adamw_kernel.h"
 #include "loom/optim/option_reader.h"
 
 namespace loom::optim {
@@ -17,15 +16,6 @@ const char* kMuonKeys =
     "type, learning_rate, weight_decay, matched_adamw_rms, momentum, eps, nesterov, ns_steps, "
     "ns_coefficients, adamw_betas, adamw_eps, qk_clip_enabled, qk_clip_threshold, comm_strategy, "
     "use_fused_adamw, adamw_include, weight_decay_include, weight_decay_exclude, swap";
-
-// Below this many elements per piece, pieces run in parallel with single-threaded BLAS; above
-// it, one piece at a time with multi-threaded BLAS.
-constexpr int64_t kSmallPiece = 512 * 512;
-
-struct PieceJob {
-  int64_t matrix;
-  MuonBlock block;
-};
 
 }  // namespace
 
@@ -147,72 +137,29 @@ void Muon::apply_update(double lr, int64_t t) {
 }
 
 void Muon::muon_step(ParamState& s, const Tensor& grad, double lr) {
-  const int64_t n = s.param.numel();
+  const kernels::KernelTable& k = kernels::for_tensor(s.master, "Muon");
   const Shape& shape = s.param.shape();
   const int64_t rows = shape[shape.ndim() - 2], cols = shape[shape.ndim() - 1];
-  const int64_t matrices = n / (rows * cols);
-  const float mu = static_cast<float>(options_.momentum);
-  const bool nesterov = options_.nesterov;
-  float* m = s.momentum.data<float>();
-  const float* g = grad.data<float>();
+  const int64_t matrices = s.param.numel() / (rows * cols);
 
   // M = μM + G; U = G + μM (Nesterov) or M; X0 = bf16(U). U is then overwritten piece by piece
   // with the scaled orthogonalised update O.
-  std::vector<float> u(static_cast<size_t>(n));
-  parallel_for(0, n, 1 << 15, [&](int64_t b, int64_t e) {
-#pragma omp simd
-    for (int64_t i = b; i < e; ++i) {
-      const float mi = m[i] * mu + g[i];
-      m[i] = mi;
-      u[i] = round_bf16_rne(nesterov ? g[i] + mi * mu : mi);
-    }
-  });
+  Tensor u = Tensor::empty({matrices, rows, cols}, DType::f32, s.master.device());
+  k.muon_momentum(s.momentum, grad, static_cast<float>(options_.momentum), options_.nesterov, u);
 
-  std::vector<PieceJob> jobs;
-  int64_t largest = 0;
-  for (const MuonBlock& b : schema_.blocks(s.name, shape)) largest = std::max(largest, b.rows * b.cols);
-  for (int64_t k = 0; k < matrices; ++k)
-    for (const MuonBlock& b : schema_.blocks(s.name, shape)) jobs.push_back({k, b});
-
+  // Moonlight's RMS matching, per piece: lr · sqrt(max(a, b)) · matched_adamw_rms.
   const float rms = static_cast<float>(options_.matched_adamw_rms);
   const float lr_f = static_cast<float>(lr);
-  const float eps = static_cast<float>(options_.eps);
-  auto run = [&](const PieceJob& job, NsWorkspace& ws, std::vector<float>& piece) {
-    const MuonBlock& b = job.block;
-    float* mat = u.data() + job.matrix * rows * cols;
-    piece.resize(static_cast<size_t>(b.rows * b.cols));
-    for (int64_t r = 0; r < b.rows; ++r)
-      std::copy_n(mat + (b.row0 + r) * cols + b.col0, b.cols, piece.data() + r * b.cols);
-    newton_schulz_bf16(piece.data(), b.rows, b.cols, options_.ns_schedule, eps, ws);
-    // Moonlight's RMS matching, per piece: lr · sqrt(max(a, b)) · matched_adamw_rms.
-    const float adjusted_lr =
-        lr_f * (std::sqrt(static_cast<float>(std::max(b.rows, b.cols))) * rms);
-    for (int64_t r = 0; r < b.rows; ++r) {
-      float* dst = mat + (b.row0 + r) * cols + b.col0;
-      const float* src = piece.data() + r * b.cols;
-      for (int64_t c = 0; c < b.cols; ++c) dst[c] = adjusted_lr * src[c];
-    }
-  };
-  const auto job_count = static_cast<int64_t>(jobs.size());
-  if (job_count > 1 && largest <= kSmallPiece && num_threads() > 1) {
-    parallel_for(0, job_count, 1, [&](int64_t b, int64_t e) {
-      NsWorkspace ws;
-      std::vector<float> piece;
-      for (int64_t j = b; j < e; ++j) run(jobs[j], ws, piece);
-    });
-  } else {
-    NsWorkspace ws;
-    std::vector<float> piece;
-    for (const PieceJob& job : jobs) run(job, ws, piece);
+  std::vector<kernels::MuonPiece> pieces;
+  for (const MuonBlock& b : schema_.blocks(s.name, shape)) {
+    const float adjusted_lr = lr_f * (std::sqrt(static_cast<float>(std::max(b.rows, b.cols))) * rms);
+    pieces.push_back({b.row0, b.rows, b.col0, b.cols, adjusted_lr});
   }
+  k.muon_orthogonalize(u, pieces, options_.ns_schedule, static_cast<float>(options_.eps));
 
   // W = W·(1 − lr·wd) − O, then the rounded copy to a bf16/f16 model parameter.
   const float decay = static_cast<float>(1.0 - lr * s.weight_decay);
-  float* w = s.master.data<float>();
-  parallel_for(0, n, 1 << 15, [&](int64_t b, int64_t e) {
-#pragma omp simd
-    for (int64_t i = b; i < e; ++i) w[i] = w[i] * decay - u[i];
-  });
+  k.muon_apply(s.master, u, decay);
   copy_master_to_param(s);
 }
 

@@ -1,25 +1,19 @@
-// Newton–Schulz orthogonalisation for Muon (semantics §2.2), emulating the reference's bf16
-// tensors on a CPU: values are kept in fp32 buffers that only ever hold bf16-representable
-// numbers. Where the reference produces a bf16 tensor we round (nearest-even):
-//   input      X0 = bf16(U) (done by the caller)
-//   normalise  n = bf16(‖X‖_F) (sum of squares in fp64), d = bf16(n + eps), X = bf16(X / d)
-//   per step   A = bf16(X·Xᵀ)                  (fp32 accumulation, like a bf16 GEMM)
-//              B = bf16(b·A + c·(A·A))         (addmm: fp32 epilogue, one rounding)
-//              X = bf16(a·X + B·X)             (addmm: fp32 epilogue, one rounding)
-// GEMMs are cblas (fp32) on bf16-exact inputs: every product is exact in fp32, so the only
-// difference from a bf16 tensor-core GEMM is the accumulation order.
+// Muon's Newton–Schulz coefficient schedule (semantics §2.2): one (a, b, c) triplet per
+// iteration, parsed from optimizer.ns_coefficients. The iteration itself is a kernel
+// (kernels/cpu/newton_schulz.h, reached through the kernel table's muon_orthogonalize).
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "loom/kernels/kernel_types.h"
+
 namespace loom::optim {
 
-struct NsCoefficients {
-  float a, b, c;
-};
+using kernels::NsCoefficients;
 
 // One triplet per iteration.
 using NsSchedule = std::vector<NsCoefficients>;
@@ -29,18 +23,5 @@ using NsSchedule = std::vector<NsCoefficients>;
 // `path` on malformed input. A null value gives the default quintic (3.4445, -4.7750, 2.0315).
 NsSchedule make_ns_schedule(const nlohmann::ordered_json& coefficients, int64_t ns_steps,
                             const std::string& path);
-
-// Scratch buffers reused across calls (one per thread).
-struct NsWorkspace {
-  std::vector<float> x, a, b, y;
-};
-
-// Orthogonalises the rows×cols row-major matrix `x` (bf16-exact values) in place. Wide
-// orientation internally (transposed when rows > cols, so the Gram matrix is the small side).
-void newton_schulz_bf16(float* x, int64_t rows, int64_t cols, const NsSchedule& schedule,
-                        float eps, NsWorkspace& ws);
-
-// Rounds n floats to bf16-representable values in place.
-void round_to_bf16_inplace(float* x, int64_t n);
 
 }  // namespace loom::optim

@@ -1,9 +1,9 @@
 #include "loom/optim/optimizer.h"
 
-#include <cstring>
+#include <cmath>
 
 #include "loom/core/log.h"
-#include "loom/optim/adamw_kernel.h"
+#include "loom/kernels/kernel_table.h"
 
 namespace loom::optim {
 
@@ -31,6 +31,21 @@ void check_entry(const std::map<std::string, Tensor>& state, const std::string& 
 }
 
 }  // namespace
+
+kernels::AdamWScalars adamw_scalars(double lr, double weight_decay, double beta1, double beta2,
+                                    double eps, int64_t t) {
+  kernels::AdamWScalars s;
+  s.decay = static_cast<float>(1.0 - lr * weight_decay);
+  s.beta1 = static_cast<float>(beta1);
+  s.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  s.beta2 = static_cast<float>(beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  const double td = static_cast<double>(t);
+  s.bias_correction2 = static_cast<float>(1.0 - std::pow(beta2, td));
+  s.step_size = static_cast<float>(lr / (1.0 - std::pow(beta1, td)));
+  s.eps = static_cast<float>(eps);
+  return s;
+}
 
 NamedParams trainable_params(const NamedParams& params) {
   NamedParams out;
@@ -165,26 +180,16 @@ Tensor Optimizer::fp32_grad(const ParamState& s) {
 
 void Optimizer::copy_master_to_param(const ParamState& s) {
   if (!s.has_own_master()) return;
-  const float* src = s.master.data<float>();
-  if (s.param.dtype() == DType::bf16)
-    optim::copy_master_to_param(src, s.param.data<bf16>(), s.param.numel());
-  else
-    optim::copy_master_to_param(src, s.param.data<f16>(), s.param.numel());
+  Tensor param = s.param;
+  kernels::for_tensor(s.master, "optimizer").copy_master_to_param(s.master, param);
 }
 
 void Optimizer::adamw_step(ParamState& s, const Tensor& grad, double lr, double beta1,
                            double beta2, double eps, int64_t t) {
-  const AdamWScalars k = AdamWScalars::make(lr, s.weight_decay, beta1, beta2, eps, t);
-  float* p = s.master.data<float>();
-  const float* g = grad.data<float>();
-  float* m = s.exp_avg.data<float>();
-  float* v = s.exp_avg_sq.data<float>();
-  const int64_t n = s.param.numel();
-  switch (s.param.dtype()) {
-    case DType::bf16: adamw_update(p, g, m, v, s.param.data<bf16>(), n, k); break;
-    case DType::f16: adamw_update(p, g, m, v, s.param.data<f16>(), n, k); break;
-    default: adamw_update(p, g, m, v, n, k); break;
-  }
+  const kernels::AdamWScalars k = adamw_scalars(lr, s.weight_decay, beta1, beta2, eps, t);
+  Tensor param = s.param;
+  kernels::for_tensor(s.master, "AdamW")
+      .adamw_update(s.master, grad, s.exp_avg, s.exp_avg_sq, s.has_own_master() ? &param : nullptr, k);
 }
 
 std::map<std::string, Tensor> Optimizer::state_dict() const {

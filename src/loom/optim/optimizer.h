@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "loom/core/allocator.h"
+#include "loom/kernels/kernel_types.h"
 #include "loom/optim/lr_scheduler.h"
 #include "loom/optim/named_param.h"
 #include "loom/optim/qk_clip.h"
@@ -112,5 +113,11 @@ class Optimizer {
 
 // Trainable parameters only (requires_grad); `*max_logits_val*` buffers are never optimised.
 NamedParams trainable_params(const NamedParams& params);
+
+// The fused AdamW kernel's per-step scalars, computed once in double from the hyper-parameters
+// and rounded to fp32 (the reference's operation order); t = the optimizer step after the
+// increment (1 on the first update).
+kernels::AdamWScalars adamw_scalars(double lr, double weight_decay, double beta1, double beta2,
+                                    double eps, int64_t t);
 
 }  // namespace loom::optim

@@ -4,15 +4,16 @@
 #include <cmath>
 
 #include "loom/core/error.h"
+#include "loom/kernels/kernel_table.h"
 
 namespace loom::optim {
 
 namespace {
 
-// Scales rows [row0, row0 + count) of a row-major fp32 matrix.
-void scale_rows(float* w, int64_t cols, int64_t row0, int64_t count, float factor) {
-  for (int64_t r = row0; r < row0 + count; ++r)
-    for (int64_t c = 0; c < cols; ++c) w[r * cols + c] *= factor;
+// Scales rows [row0, row0 + count) of a 2-D fp32 master by the fp32 factor.
+void scale_rows(const Tensor& master, int64_t row0, int64_t count, float factor) {
+  Tensor rows = master.narrow(0, row0, count);
+  kernels::for_tensor(rows, "QK-clip").scale_(rows, static_cast<double>(factor));
 }
 
 // Per head: `first` rows scaled by first_scale[h], then `second` rows by second_scale[h].
@@ -22,16 +23,15 @@ void scale_head_rows(const Tensor& master, const std::string& name, int64_t head
   LOOM_CHECK(master.dtype() == DType::f32 && master.dim() == 2 && master.is_contiguous(),
              ShapeError, "QK-clip: '", name, "' must be a contiguous 2-D fp32 master, got ",
              master.shape().str(), " ", dtype_name(master.dtype()));
-  const int64_t rows = master.size(0), cols = master.size(1);
+  const int64_t rows = master.size(0);
   LOOM_CHECK(rows == heads * (first + second), ShapeError, "QK-clip: '", name, "' has ", rows,
              " rows but ", heads, " heads of ", first, " + ", second,
              " rows were expected; check the MLA head dims given to Muon");
-  float* w = master.data<float>();
   for (int64_t h = 0; h < heads; ++h) {
     const int64_t base = h * (first + second);
-    if (first_scale[h] != 1.f) scale_rows(w, cols, base, first, first_scale[h]);
+    if (first_scale[h] != 1.f) scale_rows(master, base, first, first_scale[h]);
     if (second_scale && (*second_scale)[h] != 1.f)
-      scale_rows(w, cols, base + first, second, (*second_scale)[h]);
+      scale_rows(master, base + first, second, (*second_scale)[h]);
   }
 }
 

@@ -18,38 +18,14 @@
 #include <cstdint>
 
 #include "loom/core/tensor.h"
+#include "loom/kernels/kernel_types.h"
 
 namespace loom::kernels::cpu {
 
-struct AttentionMask {
-  bool causal = true;
-  // Position of query row 0 relative to key row 0: query row i sits at position i + q_offset.
-  int64_t q_offset = 0;
-  // Optional int32/int64 [B, K]: ascending exclusive document ends in key positions (the
-  // compressed actual_seq_len of semantics.md §5.4, padded with Sk). Document d spans
-  // [ends[d-1], ends[d]) (ends[-1] = 0). A query at position p sees only keys of the document
-  // holding p; positions at or past the last end, or before 0, belong to no document and see
-  // nothing (as packed-sequence flash attention leaves tokens past actual_seq_len out).
-  Tensor doc_ends;
-};
-
-// Tile sizes; the defaults are tuned for fp32 sgemm. Tests shrink them to exercise tile edges.
-struct AttentionTiles {
-  int64_t fwd_q_block = 64;
-  int64_t fwd_k_block = 256;
-  int64_t bwd_q_block = 128;
-  int64_t bwd_k_block = 128;
-};
-
-struct AttentionForwardResult {
-  Tensor out;         // [B, Sq, H, Dv], dtype of q
-  Tensor lse;         // [B, H, Sq]: f32 (f64 for f64 inputs); -inf for rows that see no key
-  Tensor max_logits;  // f32 [H] when requested: max of scale·q·k over batch, rows, visible keys
-};
-
-struct AttentionGrads {
-  Tensor dq, dk, dv;  // shapes and dtypes of q, k, v (contiguous)
-};
+using kernels::AttentionForwardResult;
+using kernels::AttentionGrads;
+using kernels::AttentionMask;
+using kernels::AttentionTiles;
 
 AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                          double scale, const AttentionMask& mask,

@@ -196,6 +196,14 @@ void scale_(Tensor& dst, double value) {
     using C = compute_t<scalar_t>;
     const C v = C(value);
     scalar_t* d = static_cast<scalar_t*>(dst.raw_data());
+    if (dst.is_contiguous()) {
+      // One flat range split across threads (a 1-D tensor is a single row to for_each_row, which
+      // would run it on one thread): flat buffers such as sharded grads take this path.
+      parallel_for(0, dst.numel(), 1 << 15, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) d[i] = cast_scalar<scalar_t>(C(d[i]) * v);
+      });
+      return;
+    }
     for_each_row<1>(dst.shape(), {dst.strides()},
                     [&](const std::array<int64_t, 1>& off, int64_t n, const std::array<int64_t, 1>& inc) {
                       scalar_t* x = d + off[0];

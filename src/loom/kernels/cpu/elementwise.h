@@ -3,11 +3,12 @@
 #pragma once
 
 #include "loom/core/tensor.h"
+#include "loom/kernels/kernel_types.h"
 
 namespace loom::kernels::cpu {
 
-enum class BinaryOp { add, sub, mul, div, maximum, minimum };
-enum class UnaryOp { neg, exp, log, sqrt, rsqrt, square, abs, sigmoid, silu, tanh, relu, reciprocal };
+using kernels::BinaryOp;
+using kernels::UnaryOp;
 
 // out = a (op) b with broadcasting; a and b must share a floating dtype.
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, const char* name);

@@ -6,13 +6,11 @@
 #include <vector>
 
 #include "loom/core/tensor.h"
+#include "loom/kernels/kernel_types.h"
 
 namespace loom::kernels::cpu {
 
-struct MoeRouting {
-  Tensor row_map;            // int64 [T, K]: the permuted row holding copy k of token t
-  Tensor tokens_per_expert;  // int64 [E]
-};
+using kernels::MoeRouting;
 
 // Counting sort of the T·K (token, slot) pairs by expert: ascending expert id, and within an
 // expert by token index then slot (stable). expert_ids int32/int64 [T, K] in [0, num_experts).

@@ -134,31 +134,4 @@ void max_last_dim(const Tensor& x, Tensor& values, Tensor& indices) {
   });
 }
 
-double sum_squares(const Tensor& x) {
-  check_floating(x, "sum_squares", "input");
-  Tensor xc = x.contiguous();
-  const int64_t n = x.numel();
-  // Fixed-size blocks summed in order: the same result for any thread count.
-  constexpr int64_t kBlock = 1 << 14;
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
-  LOOM_DISPATCH_FLOATING(x.dtype(), "sum_squares", [&] {
-    const scalar_t* p = xc.data<scalar_t>();
-    parallel_for(0, blocks, 1, [&](int64_t b, int64_t e) {
-      for (int64_t blk = b; blk < e; ++blk) {
-        double acc = 0;
-        const int64_t s = blk * kBlock, end = std::min(n, s + kBlock);
-        for (int64_t i = s; i < end; ++i) {
-          double v = cast_scalar<double>(p[i]);
-          acc += v * v;
-        }
-        partial[blk] = acc;
-      }
-    });
-  });
-  double total = 0;
-  for (double v : partial) total += v;
-  return total;
-}
-
 }  // namespace loom::kernels::cpu

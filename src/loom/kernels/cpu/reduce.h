@@ -15,7 +15,6 @@ Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim);
 Tensor sum_to_shape(const Tensor& x, const Shape& shape);
 // Max over the last dim (values and indices as i64).
 void max_last_dim(const Tensor& x, Tensor& values, Tensor& indices);
-// Sum of squares of all elements in fp64 (grad norms, tests).
-double sum_squares(const Tensor& x);
+// (The fixed-order sum of squares behind grad norms is sum_squares in optimizer.h.)
 
 }  // namespace loom::kernels::cpu
