@@ -7,7 +7,7 @@
 #include "loom/autograd/grad_mode.h"
 #include "loom/core/allocator.h"
 #include "loom/core/trace.h"
-#include "loom/kernels/cpu/elementwise.h"
+#include "loom/kernels/kernel_table.h"
 
 namespace loom::dist {
 
@@ -319,9 +319,9 @@ void FsdpUnit::reduce_grads() {
     if (replicate_group_) replicate_group_->all_reduce(reduced);
     if (config_.divide_gradients) {
       const double world = static_cast<double>(n) * (replicate_group_ ? replicate_group_->size() : 1);
-      kernels::cpu::scale_(reduced, 1.0 / world);
+      kernels::for_tensor(reduced, "fsdp gradient division").scale_(reduced, 1.0 / world);
     }
-    if (!fresh) kernels::cpu::add_(b.grad_flat, reduced);
+    if (!fresh) kernels::for_tensor(b.grad_flat, "fsdp gradient accumulation").add_(b.grad_flat, reduced, 1.0);
     for (size_t idx : b.slots) {
       FsdpSlot& s = slots_[idx];
       if (!s.trainable) continue;
