@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "loom/autograd/engine.h"
 #include "loom/autograd/grad_mode.h"
@@ -171,6 +175,92 @@ TEST(OpsCrossEntropy, LinearCrossEntropyEqualsLinearThenCrossEntropyF32) {
       EXPECT_LT(max_rel_diff(wl.grad().to_double_vector(), wr.grad().to_double_vector()), 1e-6) << chunk << in_forward;
     }
   }
+}
+
+// `ranks` threads stand in for the tensor-parallel ranks of a vocabulary-split head: each holds
+// its rows and the VocabShard reduction meets the others at a barrier (every call of every rank).
+struct ThreadRanks {
+  explicit ThreadRanks(int n) : n(n), slots(static_cast<size_t>(n)) {}
+  void all_reduce(int rank, void* data, int64_t count, DType dtype, bool max) {
+    std::unique_lock<std::mutex> lock(mu);
+    const int64_t es = static_cast<int64_t>(dtype_size(dtype));
+    slots[static_cast<size_t>(rank)].assign(static_cast<char*>(data), static_cast<char*>(data) + count * es);
+    const int64_t my_round = round;
+    if (++arrived == n) {
+      // Reduce in rank order into `result`, then release everyone.
+      result = slots[0];
+      for (int r = 1; r < n; ++r)
+        for (int64_t i = 0; i < count; ++i) {
+          auto combine = [&](auto* out, const auto* in) { out[i] = max ? std::max(out[i], in[i]) : out[i] + in[i]; };
+          if (dtype == DType::f64) combine(reinterpret_cast<double*>(result.data()), reinterpret_cast<const double*>(slots[static_cast<size_t>(r)].data()));
+          else combine(reinterpret_cast<float*>(result.data()), reinterpret_cast<const float*>(slots[static_cast<size_t>(r)].data()));
+        }
+      arrived = 0;
+      ++round;
+      cv.notify_all();
+    } else {
+      cv.wait(lock, [&] { return round != my_round; });
+    }
+    std::memcpy(data, result.data(), static_cast<size_t>(count * es));
+  }
+  int n;
+  std::vector<std::vector<char>> slots;
+  std::vector<char> result;
+  int arrived = 0;
+  int64_t round = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+};
+
+TEST(OpsCrossEntropy, VocabShardedLinearCrossEntropyEqualsTheWholeHead) {
+  // The tensor-parallel head: each rank holds V/t rows, no rank forms a token's full logits; the
+  // loss is the whole loss everywhere, the weight grads are the whole head's rows and the hidden
+  // grads sum to the whole hidden grad.
+  const int64_t N = 11, D = 8, V = 30;
+  Tensor h = random_f64({N, D}, 21).to(DType::f32), w = random_f64({V, D}, 22).to(DType::f32);
+  std::vector<int64_t> lab = {0, 29, 14, 15, -100, 7, 22, 9, 10, 1, 28};
+  Tensor mask = random_f64({N}, 23, 0.0, 1.0).to(DType::f32);
+  for (bool in_forward : {false, true}) {
+    Tensor hr = h.clone(), wr = w.clone();
+    hr.set_requires_grad(true);
+    wr.set_requires_grad(true);
+    Tensor ref = ops::linear_cross_entropy(hr, wr, labels_of(lab), mask, -100, 4, in_forward);
+    autograd::backward(ref);
+    for (int t : {2, 3}) {
+      ThreadRanks ranks(t);
+      std::vector<double> losses(static_cast<size_t>(t));
+      std::vector<Tensor> dh(static_cast<size_t>(t)), dw(static_cast<size_t>(t));
+      std::vector<std::thread> threads;
+      for (int r = 0; r < t; ++r)
+        threads.emplace_back([&, r] {
+          const int64_t rows = V / t;
+          kernels::VocabShard shard{r * rows, V, [&ranks, r](void* d, int64_t c, DType dt, bool max) {
+                                      ranks.all_reduce(r, d, c, dt, max);
+                                    }};
+          Tensor hl = h.clone(), wl = w.narrow(0, r * rows, rows).clone();
+          hl.set_requires_grad(true);
+          wl.set_requires_grad(true);
+          Tensor loss = ops::linear_cross_entropy(hl, wl, labels_of(lab), mask, -100, 4, in_forward, &shard);
+          autograd::backward(loss);
+          losses[static_cast<size_t>(r)] = loss.item();
+          dh[static_cast<size_t>(r)] = hl.grad();
+          dw[static_cast<size_t>(r)] = wl.grad();
+        });
+      for (auto& th : threads) th.join();
+      std::vector<double> dh_sum(static_cast<size_t>(N * D), 0.0);
+      for (int r = 0; r < t; ++r) {
+        EXPECT_NEAR(losses[static_cast<size_t>(r)], ref.item(), 1e-6 * std::abs(ref.item())) << t << " ranks";
+        const auto rows = wr.grad().narrow(0, r * (V / t), V / t).contiguous().to_double_vector();
+        EXPECT_LT(max_rel_diff(dw[static_cast<size_t>(r)].to_double_vector(), rows), 1e-5) << t << " ranks, rank " << r;
+        const auto d = dh[static_cast<size_t>(r)].to_double_vector();
+        for (size_t i = 0; i < d.size(); ++i) dh_sum[i] += d[i];
+      }
+      EXPECT_LT(max_rel_diff(dh_sum, hr.grad().to_double_vector()), 1e-5) << t << " ranks, in forward " << in_forward;
+    }
+  }
+  // A shard outside the vocabulary, or without its reduction, is refused.
+  kernels::VocabShard bad{25, V, [](void*, int64_t, DType, bool) {}};
+  EXPECT_THROW(ops::linear_cross_entropy(h, w.narrow(0, 0, 10), labels_of(lab), mask, -100, 0, false, &bad), ValueError);
 }
 
 TEST(OpsCrossEntropy, GradcheckLinearCrossEntropy) {

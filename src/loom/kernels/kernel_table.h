@@ -88,11 +88,11 @@ struct KernelTable {
   double (*linear_cross_entropy_forward)(const Tensor& hidden, const Tensor& weight,
                                          const Tensor& labels, const Tensor& row_weights,
                                          int64_t chunk_tokens, Tensor& lse, double grad_scale,
-                                         Tensor* dhidden, Tensor* dweight);
+                                         Tensor* dhidden, Tensor* dweight, const VocabShard* shard);
   void (*linear_cross_entropy_backward)(const Tensor& hidden, const Tensor& weight,
                                         const Tensor& labels, const Tensor& row_weights,
                                         const Tensor& lse, double scale, int64_t chunk_tokens,
-                                        Tensor* dhidden, Tensor* dweight);
+                                        Tensor* dhidden, Tensor* dweight, const VocabShard* shard);
 
   // ---- Norms, RoPE, softmax (cpu/norm.h, cpu/rope.h, cpu/softmax.h) ----
   Tensor (*rms_norm)(const Tensor& x, const Tensor& weight, double eps, DType compute,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "loom/core/tensor.h"
 
@@ -45,6 +46,20 @@ struct AttentionForwardResult {
 
 struct AttentionGrads {
   Tensor dq, dk, dv;  // shapes and dtypes of q, k, v (contiguous)
+};
+
+// ---- Cross-entropy ------------------------------------------------------------------------------
+
+// An output head split over the vocabulary (tensor parallelism): this rank holds rows
+// [begin, begin + local rows) of a head of `size` rows. The fused loss kernels reduce their
+// per-token statistics (row max, Σ exp, the target logit) across the ranks holding the other rows
+// through `all_reduce`, so no rank ever holds a token's full logits.
+struct VocabShard {
+  int64_t begin = 0;
+  int64_t size = 0;
+  // In place over `count` elements of `dtype` (f32 or f64), elementwise over the vocabulary
+  // ranks: the maximum when `max`, else the sum. Every rank calls it the same number of times.
+  std::function<void(void* data, int64_t count, DType dtype, bool max)> all_reduce;
 };
 
 // ---- MoE ----------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 #include "loom/ops/loss.h"
 
+#include <optional>
+
 #include "loom/core/trace.h"
 #include "loom/autograd/function.h"
 #include "loom/autograd/node.h"
@@ -65,7 +67,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& l
 
 Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
                             const Tensor& loss_mask, int64_t ignore_index, int64_t chunk_tokens,
-                            bool grads_in_forward) {
+                            bool grads_in_forward, const kernels::VocabShard* shard) {
   LOOM_TRACE("op", "linear_cross_entropy");
   const char* op = "linear_cross_entropy";
   check_floating(hidden, op, "hidden");
@@ -76,7 +78,12 @@ Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Te
              ": hidden ", hidden.shape().str(), " has last dim ", hidden.dim() ? hidden.shape()[hidden.dim() - 1] : 0,
              " but weight ", weight.shape().str(), " expects ", weight.shape()[1], " (weight is [vocab, hidden])");
   check_labels_shape(op, hidden, labels, "hidden");
-  const int64_t V = weight.shape()[0], D = weight.shape()[1], N = labels.numel();
+  const int64_t D = weight.shape()[1], N = labels.numel();
+  if (shard)
+    LOOM_CHECK(shard->begin >= 0 && shard->begin + weight.shape()[0] <= shard->size && shard->all_reduce, ValueError,
+               op, ": vocabulary shard [", shard->begin, ", ", shard->begin + weight.shape()[0], ") must lie in [0, ",
+               shard->size, ") and come with its all_reduce");
+  const int64_t V = shard ? shard->size : weight.shape()[0];
   Tensor weights = k.cross_entropy_row_weights(labels, loss_mask, ignore_index, V, op);
   Tensor hidden2 = hidden.dim() == 2 ? hidden : hidden.reshape({N, D});
   const double denom = mask_sum(k, weights) + kMaskEpsilon;
@@ -88,7 +95,7 @@ Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Te
     Tensor dh, dw;
     const double total = k.linear_cross_entropy_forward(
         hidden2, weight, labels, weights, chunk_tokens, lse, 1.0 / denom,
-        hidden.requires_grad() ? &dh : nullptr, weight.requires_grad() ? &dw : nullptr);
+        hidden.requires_grad() ? &dh : nullptr, weight.requires_grad() ? &dw : nullptr, shard);
     Tensor loss = loss_scalar(total / denom, hidden.dtype(), hidden.device());
     record(op, {&hidden, &weight}, {&loss}, {dh, dw},
            [in_shape](const Grads& g, const BackwardContext& ctx) -> Grads {
@@ -105,17 +112,20 @@ Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Te
     return loss;
   }
   const double total = k.linear_cross_entropy_forward(hidden2, weight, labels, weights, chunk_tokens, lse,
-                                                     0.0, nullptr, nullptr);
+                                                     0.0, nullptr, nullptr, shard);
   Tensor loss = loss_scalar(total / denom, hidden.dtype(), hidden.device());
+  // Backward needs only the shard's row offset (the saved lse is already the global one).
+  std::optional<kernels::VocabShard> rows;
+  if (shard) rows = kernels::VocabShard{shard->begin, shard->size, {}};
   record(op, {&hidden, &weight}, {&loss}, {hidden2, weight, labels, weights, lse},
-         [denom, chunk_tokens, in_shape](const Grads& g, const BackwardContext& ctx) -> Grads {
+         [denom, chunk_tokens, in_shape, rows](const Grads& g, const BackwardContext& ctx) -> Grads {
            const double scale = g[0].item() / denom;
            Tensor dh, dw;
            kernels::for_tensor(ctx.saved(0), "linear_cross_entropy")
                .linear_cross_entropy_backward(ctx.saved(0), ctx.saved(1), ctx.saved(2), ctx.saved(3),
                                               ctx.saved(4), scale, chunk_tokens,
                                               ctx.needs_input_grad(0) ? &dh : nullptr,
-                                              ctx.needs_input_grad(1) ? &dw : nullptr);
+                                              ctx.needs_input_grad(1) ? &dw : nullptr, rows ? &*rows : nullptr);
            return {dh.defined() ? dh.view(in_shape) : dh, dw};
          });
   return loss;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "loom/core/tensor.h"
+#include "loom/kernels/kernel_types.h"
 
 namespace loom::ops {
 
@@ -23,8 +24,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& l
 // keeps them until backward (3 GEMMs, like linear + cross_entropy, but dh and dweight are held
 // from forward to backward): the choice when the loss's backward follows right away.
 // Grad of a bf16/f16 weight is fp32.
+// With `shard` (tensor parallelism), weight is this rank's rows of a vocabulary-split head
+// (kernels::VocabShard): labels range over the whole vocabulary, the loss is the whole loss on
+// every rank, weight's grad is this rank's rows and hidden's grad this rank's partial sum, which
+// the caller sums over the vocabulary ranks (the backward of the all-gather that formed hidden).
 Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
                             const Tensor& loss_mask = Tensor(), int64_t ignore_index = -100,
-                            int64_t chunk_tokens = 0, bool grads_in_forward = false);
+                            int64_t chunk_tokens = 0, bool grads_in_forward = false,
+                            const kernels::VocabShard* shard = nullptr);
 
 }  // namespace loom::ops

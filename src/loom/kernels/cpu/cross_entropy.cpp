@@ -335,6 +335,83 @@ double linear_pass(const LinearXentSetup& s, const double* pw, const Tensor& lse
   return total;
 }
 
+// The same pass over this rank's vocabulary rows (VocabShard). Per chunk, three phases around
+// the two reductions: the local row max (reduced to the global max), Σ exp(z − max) and the target
+// logit (held by one rank, 0 elsewhere; both summed), then lse = max + log Σ, the weighted ce and,
+// with grads, (softmax − onehot) of the local rows. With `lse_in` (backward) no reduction is needed.
+double linear_pass_sharded(const LinearXentSetup& s, const double* pw, const VocabShard& shard, const Tensor& lse_in,
+                           Tensor* lse_out, double grad_scale, Tensor* dh, Tensor* dw) {
+  std::vector<double> ce(static_cast<size_t>(s.n), 0.0);
+  Tensor buf = Tensor::empty({s.chunk, s.v}, s.compute);
+  if (lse_out) *lse_out = Tensor::zeros({s.n}, s.compute);
+  Tensor lse = lse_in.defined() ? lse_in.to(s.compute).contiguous() : *lse_out;
+  if (dh) *dh = Tensor::zeros({s.n, s.d}, s.compute);
+  if (dw) *dw = Tensor::zeros({s.v, s.d}, s.compute);
+  const bool grads = dh || dw;
+  const int64_t lo = shard.begin, hi = shard.begin + s.v;
+  dispatch_xent(s.compute, "linear_cross_entropy", [&]<typename T, typename C>() {
+    constexpr C neg_inf = -std::numeric_limits<C>::infinity();
+    C* pl = lse.data<C>();
+    std::vector<C> stats(static_cast<size_t>(3 * s.chunk));
+    const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(s.v, 1));
+    // Every rank walks the same chunks (labels and masks are the same everywhere), so the
+    // reductions pair up.
+    for (int64_t t0 = 0; t0 < s.n; t0 += s.chunk) {
+      const int64_t c = std::min(s.chunk, s.n - t0);
+      if (!chunk_has_weight(pw, t0, c)) continue;
+      Tensor logits = buf.narrow(0, 0, c);
+      Tensor h = s.hidden.narrow(0, t0, c);
+      gemm(h, false, s.weight, true, logits, 1.0, 0.0);
+      C* px = logits.data<C>();
+      C* m = stats.data();
+      C* sums = stats.data() + s.chunk;  // [Σ exp for c rows | target logit for c rows]
+      if (lse_out) {
+        parallel_for(0, c, grain, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) m[i] = pw[t0 + i] == 0.0 ? neg_inf : row_max(px + i * s.v, s.v);
+        });
+        shard.all_reduce(m, c, dtype_of<C>::value, true);
+        parallel_for(0, c, grain, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) {
+            const int64_t label = s.labels[t0 + i];
+            const C* row = px + i * s.v;
+            sums[i] = pw[t0 + i] == 0.0 || m[i] == neg_inf ? C(0) : sum_exp(row, s.v, m[i]);
+            sums[c + i] = pw[t0 + i] != 0.0 && label >= lo && label < hi ? row[label - lo] : C(0);
+          }
+        });
+        shard.all_reduce(sums, 2 * c, dtype_of<C>::value, false);
+        for (int64_t i = 0; i < c; ++i) {
+          const int64_t r = t0 + i;
+          if (pw[r] == 0.0) continue;
+          pl[r] = m[i] == neg_inf ? m[i] : m[i] + std::log(sums[i]);
+          ce[r] = static_cast<double>(pl[r] - sums[c + i]);
+        }
+      }
+      if (grads)
+        parallel_for(0, c, grain, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) {
+            const int64_t r = t0 + i, label = s.labels[r];
+            C* row = px + i * s.v;
+            if (pw[r] == 0.0) {
+              std::fill(row, row + s.v, C(0));
+              continue;
+            }
+            row_grad<C, C>(row, row, s.v, pl[r], label >= lo && label < hi ? label - lo : -1,
+                           static_cast<C>(pw[r] * grad_scale), nullptr, nullptr);
+          }
+        });
+      if (dh) {
+        Tensor dh_chunk = dh->narrow(0, t0, c);
+        gemm(logits, false, s.weight, false, dh_chunk, 1.0, 0.0);
+      }
+      if (dw) gemm(logits, true, h, false, *dw, 1.0, 1.0);
+    }
+  });
+  double total = 0;
+  for (int64_t r = 0; r < s.n; ++r)
+    if (pw[r] != 0.0) total += ce[r] * pw[r];
+  return total;
+}
+
 void finish_linear_grads(const Tensor& hidden, const Tensor& weight, Tensor& dh, Tensor& dw,
                          Tensor* dhidden, Tensor* dweight) {
   if (dhidden) *dhidden = dh.to(hidden.dtype());
@@ -348,22 +425,28 @@ void finish_linear_grads(const Tensor& hidden, const Tensor& weight, Tensor& dh,
 
 double linear_cross_entropy_forward(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
                                     const Tensor& row_weights, int64_t chunk_tokens, Tensor& lse,
-                                    double grad_scale, Tensor* dhidden, Tensor* dweight) {
+                                    double grad_scale, Tensor* dhidden, Tensor* dweight, const VocabShard* shard) {
   LinearXentSetup s = linear_setup(hidden, weight, labels, row_weights, chunk_tokens);
   Tensor dh, dw;
-  const double total = linear_pass(s, row_weights.data<double>(), Tensor(), &lse, grad_scale,
-                                   dhidden ? &dh : nullptr, dweight ? &dw : nullptr);
+  const double total =
+      shard ? linear_pass_sharded(s, row_weights.data<double>(), *shard, Tensor(), &lse, grad_scale,
+                                  dhidden ? &dh : nullptr, dweight ? &dw : nullptr)
+            : linear_pass(s, row_weights.data<double>(), Tensor(), &lse, grad_scale, dhidden ? &dh : nullptr,
+                          dweight ? &dw : nullptr);
   finish_linear_grads(hidden, weight, dh, dw, dhidden, dweight);
   return total;
 }
 
 void linear_cross_entropy_backward(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
                                    const Tensor& row_weights, const Tensor& lse, double scale,
-                                   int64_t chunk_tokens, Tensor* dhidden, Tensor* dweight) {
+                                   int64_t chunk_tokens, Tensor* dhidden, Tensor* dweight, const VocabShard* shard) {
   LinearXentSetup s = linear_setup(hidden, weight, labels, row_weights, chunk_tokens);
   Tensor dh, dw;
-  linear_pass(s, row_weights.data<double>(), lse, nullptr, scale, dhidden ? &dh : nullptr,
-              dweight ? &dw : nullptr);
+  if (shard)
+    linear_pass_sharded(s, row_weights.data<double>(), *shard, lse, nullptr, scale, dhidden ? &dh : nullptr,
+                        dweight ? &dw : nullptr);
+  else
+    linear_pass(s, row_weights.data<double>(), lse, nullptr, scale, dhidden ? &dh : nullptr, dweight ? &dw : nullptr);
   finish_linear_grads(hidden, weight, dh, dw, dhidden, dweight);
 }
 

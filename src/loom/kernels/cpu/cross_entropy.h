@@ -8,9 +8,14 @@
 // linear_cross_entropy_*: the output projection fused in, never holding the full [N, V] logits:
 // tokens are processed in chunks (logits chunk by GEMM, lse; backward recomputes the chunk
 // logits, turns them into dlogits in place and accumulates dhidden and dweight by GEMM).
+// With a VocabShard (tensor parallelism) the weight holds this rank's vocabulary rows: each
+// chunk's row max and then its Σ exp and target logits are reduced over the vocabulary ranks (two
+// reductions per chunk), so every rank gets the full lse and loss; dweight is this rank's rows and
+// dhidden its partial sum (the sum over the vocabulary ranks is the caller's).
 #pragma once
 
 #include "loom/core/tensor.h"
+#include "loom/kernels/kernel_types.h"
 
 namespace loom::kernels::cpu {
 
@@ -36,12 +41,13 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& labels, const 
 double linear_cross_entropy_forward(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
                                     const Tensor& row_weights, int64_t chunk_tokens, Tensor& lse,
                                     double grad_scale = 0.0, Tensor* dhidden = nullptr,
-                                    Tensor* dweight = nullptr);
+                                    Tensor* dweight = nullptr, const VocabShard* shard = nullptr);
 // dhidden (hidden's dtype) and dweight (fp32 for bf16/f16 weights, else weight's dtype) of
 // (Σ ce·w) · scale, recomputing each chunk's logits; null pointers skip that grad.
 void linear_cross_entropy_backward(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
                                    const Tensor& row_weights, const Tensor& lse, double scale,
-                                   int64_t chunk_tokens, Tensor* dhidden, Tensor* dweight);
+                                   int64_t chunk_tokens, Tensor* dhidden, Tensor* dweight,
+                                   const VocabShard* shard = nullptr);
 
 // The token chunk linear_cross_entropy uses for n tokens and vocab v.
 int64_t linear_cross_entropy_chunk(int64_t n, int64_t v, int64_t requested);
