@@ -59,6 +59,10 @@ Tensor LanguageModelEmbedding::forward(const Tensor& ids) {
 }
 
 CausalLM::CausalLM(const TransformerConfig& c) : Module("CausalLM"), config_(c) {
+  head_loss_ = [](const Tensor& hidden, const Tensor& weight, const Tensor& labels, const Tensor& loss_mask,
+                  bool grads_in_forward) {
+    return ops::linear_cross_entropy(hidden, weight, labels, loss_mask, -100, 0, grads_in_forward);
+  };
   rotary_ = make_rotary(c);
   embedding_ = register_module("embedding", std::make_shared<LanguageModelEmbedding>(c));
   decoder_ = register_module("decoder", std::make_shared<TransformerBlock>(c, rotary_));
@@ -152,8 +156,7 @@ LMOutput CausalLM::forward(const LMBatch& b, const ForwardOptions& options) {
       pos = roll_left(pos);
       Tensor hk = layer->forward(prev, embedding_->forward(ids), pos, b.doc_ends);
       Tensor nk = layer->final_layernorm().forward(hk);
-      Tensor ce = ops::linear_cross_entropy(nk, head_weight(nk.dtype()), labels, mask, -100, 0,
-                                            options.head_grads_in_forward);
+      Tensor ce = head_loss_(nk, head_weight(nk.dtype()), labels, mask, options.head_grads_in_forward);
       out.mtp_losses.push_back(ce.detach());
       total = total.defined() ? ops::add(total, ce) : ce;
       prev = hk;
@@ -164,8 +167,7 @@ LMOutput CausalLM::forward(const LMBatch& b, const ForwardOptions& options) {
   }
 
   Tensor hn = decoder_->final_layernorm().forward(h);
-  out.loss = ops::linear_cross_entropy(hn, head_weight(hn.dtype()), b.labels, b.loss_mask, -100, 0,
-                                       options.head_grads_in_forward);
+  out.loss = head_loss_(hn, head_weight(hn.dtype()), b.labels, b.loss_mask, options.head_grads_in_forward);
 
   for (MoELayer* m : moe_layers()) {
     const Tensor& a = m->last_aux_loss();

@@ -5,6 +5,7 @@
 // Nothing here knows about meshes or recompute: strategies wrap these modules from outside.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -58,6 +59,12 @@ class LanguageModelEmbedding : public Module {
   std::shared_ptr<Embedding> word_embeddings_;
 };
 
+// The loss of an output head (the main head and each MTP depth): hidden [B, S, D] after the
+// final norm, the head weight [V, D] in hidden's dtype, labels and loss mask [B, S]; returns the
+// token-mean cross-entropy (ops::linear_cross_entropy). grads_in_forward: ForwardOptions.
+using HeadLoss = std::function<Tensor(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
+                                      const Tensor& loss_mask, bool grads_in_forward)>;
+
 class CausalLM : public Module {
  public:
   explicit CausalLM(const TransformerConfig& config);
@@ -81,6 +88,9 @@ class CausalLM : public Module {
   double auxiliary_loss_grad_scale() const { return aux_grad_scale_; }
   // Every core attention tracks its per-head max logits (QK-clip) while on.
   void set_track_max_logits(bool on);
+  // Replaces the heads' loss (default: ops::linear_cross_entropy over the whole vocabulary). A
+  // strategy that splits the head over ranks (tensor parallelism) installs its own from outside.
+  void set_head_loss(HeadLoss loss) { head_loss_ = std::move(loss); }
   // Aux-loss-free balancing step with this process's counts: every router that has an expert
   // bias updates it from its tokens_per_expert, then all counters reset. (Multi-process trainers
   // sum the counts across ranks and call TopKRouter::update_expert_bias themselves.)
@@ -93,6 +103,7 @@ class CausalLM : public Module {
 
   TransformerConfig config_;
   double aux_grad_scale_ = 1.0;
+  HeadLoss head_loss_;
   std::shared_ptr<RotaryEmbedding> rotary_;
   std::shared_ptr<LanguageModelEmbedding> embedding_;
   std::shared_ptr<TransformerBlock> decoder_;

@@ -24,6 +24,7 @@ TopKRouter::TopKRouter(const TransformerConfig& c)
     expert_bias_ = &register_buffer("expert_bias", Tensor::empty({experts_}, DType::f32, Device::meta()));
   tokens_per_expert_ = Tensor::zeros({experts_}, DType::i64);
   step_counts_.assign(static_cast<size_t>(experts_), 0.0);
+  register_operation("reduce_statistics");
 }
 
 void TopKRouter::reset_tokens_per_expert() {
@@ -100,6 +101,11 @@ Tensor TopKRouter::balance_loss(const Tensor& scores, const std::vector<int64_t>
   if (types.empty()) return Tensor();
   const int64_t E = experts_, K = topk_, T = batch * seq;
   const DType dt = scores.dtype();
+  bool per_token = false, per_sequence = false;
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (balance_coefficient(i) == 0.0 || types[i] == "none") continue;
+    (types[i] == "seq_aux_loss" ? per_sequence : per_token) = true;
+  }
   // Probabilities for the balance losses: sigmoid scores are normalised per token first.
   Tensor p = scores;
   if (config_.score_function == ScoreFunction::sigmoid)
@@ -110,18 +116,36 @@ Tensor TopKRouter::balance_loss(const Tensor& scores, const std::vector<int64_t>
       counts[idx[t * K + k]] += 1;
       seq_counts[(t / seq) * E + idx[t * K + k]] += 1;
     }
+  // The statistics of the tokens routed here: {Σ_t p [E], Σ_s p per sequence [B, E], counts [E],
+  // counts per sequence [B, E]} (undefined when no loss needs them). A strategy that splits the
+  // micro-batch's tokens over ranks (sequence parallelism) wraps "reduce_statistics" to sum them
+  // over those ranks, so each rank computes the loss of the whole micro-batch; the token counts
+  // then follow from the summed routing counts (every token makes K choices).
+  std::vector<Tensor> stats = call_operation(
+      "reduce_statistics",
+      {per_token ? ops::sum(p, {0}) : Tensor(),
+       per_sequence ? ops::sum(ops::reshape(p, {batch, seq, E}), {1}) : Tensor(),
+       per_token ? Tensor::from_vector(counts, {E}) : Tensor(),
+       per_sequence ? Tensor::from_vector(seq_counts, {batch, E}) : Tensor()},
+      [](const std::vector<Tensor>& in) { return in; });
+  double tokens = static_cast<double>(T), seq_tokens = static_cast<double>(seq);
+  if (per_token) {
+    counts = stats[2].to_double_vector();
+    tokens = std::accumulate(counts.begin(), counts.end(), 0.0) / static_cast<double>(K);
+  }
+  if (per_sequence) {
+    seq_counts = stats[3].to_double_vector();
+    seq_tokens = std::accumulate(seq_counts.begin(), seq_counts.begin() + E, 0.0) / static_cast<double>(K);
+  }
   Tensor total;
   for (size_t i = 0; i < types.size(); ++i) {
-    const double alpha = config_.moe_aux_loss_coeffs.empty()
-                             ? 0.0
-                             : config_.moe_aux_loss_coeffs[std::min(i, config_.moe_aux_loss_coeffs.size() - 1)];
+    const double alpha = balance_coefficient(i);
     if (alpha == 0.0 || types[i] == "none") continue;
     Tensor term;
     if (types[i] == "seq_aux_loss") {
-      Tensor per_seq = ops::sum(ops::reshape(p, {batch, seq, E}), {1});  // [B, E]
       Tensor c = Tensor::from_vector(seq_counts, {batch, E}).to(dt);
-      term = ops::scale(ops::sum(ops::mul(per_seq, c)),
-                        alpha * E / (static_cast<double>(K) * seq * seq * batch));
+      term = ops::scale(ops::sum(ops::mul(stats[1], c)),
+                        alpha * E / (static_cast<double>(K) * seq_tokens * seq_tokens * batch));
     } else {
       std::vector<double> c = counts;
       if (types[i] == "gbs_aux_loss") {
@@ -131,8 +155,7 @@ Tensor TopKRouter::balance_loss(const Tensor& scores, const std::vector<int64_t>
         for (int64_t e = 0; e < E; ++e) c[e] = (step_counts_[e] + (fresh ? counts[e] : 0.0)) / m;
       }
       Tensor ct = Tensor::from_vector(c, {E}).to(dt);
-      term = ops::scale(ops::sum(ops::mul(ops::sum(p, {0}), ct)),
-                        alpha * E / (static_cast<double>(K) * T * T));
+      term = ops::scale(ops::sum(ops::mul(stats[0], ct)), alpha * E / (static_cast<double>(K) * tokens * tokens));
     }
     total = total.defined() ? ops::add(total, term) : term;
   }
@@ -141,6 +164,11 @@ Tensor TopKRouter::balance_loss(const Tensor& scores, const std::vector<int64_t>
     ++step_micro_batches_;
   }
   return total;
+}
+
+double TopKRouter::balance_coefficient(size_t i) const {
+  const auto& coeffs = config_.moe_aux_loss_coeffs;
+  return coeffs.empty() ? 0.0 : coeffs[std::min(i, coeffs.size() - 1)];
 }
 
 Routing TopKRouter::route(const Tensor& x) {

@@ -49,6 +49,7 @@ class TopKRouter : public Module {
   std::vector<int64_t> select(const std::vector<double>& choice, int64_t tokens) const;
   Tensor balance_loss(const Tensor& scores, const std::vector<int64_t>& idx, int64_t batch,
                       int64_t seq);
+  double balance_coefficient(size_t i) const;  // α of moe_load_balancing_types[i]
 
   TransformerConfig config_;
   int64_t experts_, topk_;
