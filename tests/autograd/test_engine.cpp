@@ -77,6 +77,26 @@ TEST(AutogradEngine, PostAccumulateHookRunsAfterEachLeafAccumulates) {
   EXPECT_EQ(order[1], "w1=6.000000");
 }
 
+TEST(AutogradEngine, GradHooksTransformEachContributionBeforeItAccumulates) {
+  // w is used twice: each contribution goes through the hooks (in order) on its own, then adds
+  // up; the post-accumulate hook sees the sum.
+  Tensor w = scalar_leaf(1.0);
+  std::vector<double> seen;
+  autograd::register_grad_hook(w, [&](const Tensor& g) {
+    seen.push_back(g.item());
+    return ops::scale(g, 10.0);
+  });
+  autograd::register_grad_hook(w, [](const Tensor& g) { return ops::add_scalar(g, 1.0); });
+  double accumulated = 0;
+  autograd::register_post_accumulate_hook(w, [&](Tensor& p) { accumulated = p.grad().item(); });
+  Tensor x = Tensor::full({1}, 3.0, DType::f64), z = Tensor::full({1}, 5.0, DType::f64);
+  autograd::backward(ops::sum(ops::add(ops::mul(x, w), ops::mul(z, w))));
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_DOUBLE_EQ(seen[0] + seen[1], 8.0);
+  EXPECT_DOUBLE_EQ(w.grad().item(), (3.0 * 10 + 1) + (5.0 * 10 + 1));
+  EXPECT_DOUBLE_EQ(accumulated, w.grad().item());
+}
+
 TEST(AutogradEngine, NonLeafGradOnRequest) {
   Tensor x = scalar_leaf(2.0);
   Tensor h = ops::scale(x, 3.0);

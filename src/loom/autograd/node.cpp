@@ -42,6 +42,7 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
   LOOM_CHECK(incoming.shape() == leaf_.shape(), ShapeError, "grad of leaf '", leaf_.name(),
              "' has shape ", incoming.shape().str(), " but the leaf is ", leaf_.shape().str());
   AutogradMeta& meta = leaf_.autograd_meta();
+  for (auto& hook : meta.grad_hooks) incoming = hook(incoming);
   // bf16/f16 leaves accumulate into fp32 main grads.
   const DType grad_dtype = (leaf_.dtype() == DType::bf16 || leaf_.dtype() == DType::f16)
                                ? DType::f32 : leaf_.dtype();
@@ -101,6 +102,11 @@ void retain_grad(const Tensor& t) {
   if (t.is_leaf()) return;  // leaves keep their grad anyway
   AutogradMeta& meta = t.autograd_meta();
   meta.grad_fn->retained.emplace_back(meta.output_nr, t.impl_shared()->autograd);
+}
+
+void register_grad_hook(Tensor& leaf, std::function<Tensor(const Tensor&)> fn) {
+  LOOM_CHECK(leaf.is_leaf(), AutogradError, "grad hooks are for leaf tensors (parameters)");
+  leaf.autograd_meta().grad_hooks.push_back(std::move(fn));
 }
 
 void register_post_accumulate_hook(Tensor& leaf, std::function<void(Tensor&)> fn) {

@@ -78,6 +78,10 @@ void connect(const std::shared_ptr<Node>& node, const std::vector<const Tensor*>
 // Keep the grad of a non-leaf tensor after backward (readable with t.grad()).
 void retain_grad(const Tensor& t);
 
+// Registers fn to transform every grad contribution of `leaf` before it accumulates (in
+// registration order); it returns the grad to accumulate.
+void register_grad_hook(Tensor& leaf, std::function<Tensor(const Tensor&)> fn);
+
 // Registers fn to run after `leaf`'s grad has been accumulated.
 void register_post_accumulate_hook(Tensor& leaf, std::function<void(Tensor&)> fn);
 

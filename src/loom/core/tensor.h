@@ -151,6 +151,9 @@ struct AutogradMeta {
   uint32_t output_nr = 0;                   // which output of grad_fn this tensor is
   Tensor grad;
   std::string name;
+  // Transform each grad contribution of a leaf before it accumulates (e.g. summing a replicated
+  // parameter's partial grads over the ranks that share it).
+  std::vector<std::function<Tensor(const Tensor& grad)>> grad_hooks;
   // Runs after a leaf's grad has been accumulated (FSDP/DP reduce per bucket while backward runs).
   std::vector<std::function<void(Tensor& param)>> post_accumulate_hooks;
   std::weak_ptr<autograd::Node> grad_accumulator;  // the leaf's AccumulateGrad node, reused

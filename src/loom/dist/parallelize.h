@@ -3,13 +3,15 @@
 //
 //   TP/SP → CP → EP → PP stage split → memory policy (recompute/swap) → FSDP/HSDP
 //
+// (tensor_parallel.h and fsdp.h explain theirs.)
+//
 // Each strategy is one file of dist/ that rewrites the model from outside (it replaces a
 // parameter by its slice and records the split in Parameter::placement, or wraps module
 // forwards and named operations); the model files know nothing of it. A strategy is applied when
 // its mesh axis has more than one rank, so one process — a mesh of size one — goes through this
-// same function and gets the plain model back. Tensor, context, pipeline and expert parallelism
-// are rejected when the configuration is resolved until their strategies exist; the memory
-// policy comes in as a function because memory/ sits below dist/ in the layering.
+// same function and gets the plain model back. Context, pipeline and expert parallelism are
+// rejected when the configuration is resolved until their strategies exist; the memory policy
+// comes in as a function because memory/ sits below dist/ in the layering.
 //
 // The ParallelModel it returns is everything the training step needs from the layout, asked the
 // same way for every layout: zero the grads, finish backward (FSDP reduces what is left), the
@@ -58,8 +60,9 @@ class ParallelModel {
   void zero_grad();
   void finish_backward();
   // The factor the loss needs before backward so that reduced grads are the mean over the
-  // data-parallel ranks: 1/(world/pp) while grads are summed (parallelism.
-  // disable_gradient_division, the default), else 1 (semantics.md §1.2). 1 on one process.
+  // data-parallel ranks: 1/(world/(pp·tp)) while grads are summed (parallelism.
+  // disable_gradient_division, the default), else 1 (semantics.md §1.2, with tensor
+  // parallelism's replicated loss counted once: tensor_parallel.h). 1 on one process.
   double backward_scale() const { return backward_scale_; }
   // Ranks holding the same local grad of `param` (1 for a name it does not know: buffers).
   double replica_factor(const std::string& param) const;

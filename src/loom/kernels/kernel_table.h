@@ -51,9 +51,9 @@ struct KernelTable {
   Tensor (*sum_to_shape)(const Tensor& x, const Shape& shape);
 
   // ---- Gather / scatter (cpu/index.h) ----
-  Tensor (*embedding)(const Tensor& ids, const Tensor& weight);
+  Tensor (*embedding)(const Tensor& ids, const Tensor& weight, const VocabShard* shard);
   Tensor (*embedding_backward)(const Tensor& grad, const Tensor& ids, int64_t num_rows,
-                               DType grad_dtype);
+                               DType grad_dtype, const VocabShard* shard);
   Tensor (*gather)(const Tensor& x, int dim, const Tensor& index);
   Tensor (*scatter)(const Tensor& x, int dim, const Tensor& index, const Tensor& src,
                     bool accumulate);

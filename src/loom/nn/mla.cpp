@@ -46,7 +46,6 @@ MLASelfAttention::MLASelfAttention(const TransformerConfig& c, std::shared_ptr<R
 Tensor MLASelfAttention::forward(const Tensor& x, const Tensor& position_ids, const Tensor& doc_ends) {
   return invoke({x, position_ids, doc_ends}, [this](const std::vector<Tensor>& in) {
     const Tensor& h = in[0];
-    const int64_t B = h.size(0), S = h.size(1);
     Tensor q = q_lora_rank_ > 0 ? linear_qb_->forward(q_layernorm_->forward(linear_qa_->forward(h)))
                                 : linear_q_->forward(h);
     q = split_heads(q, nope_ + rope_, q_lora_rank_ > 0 ? "linear_qb" : "linear_q");
@@ -55,6 +54,9 @@ Tensor MLASelfAttention::forward(const Tensor& x, const Tensor& position_ids, co
     Tensor q_pe = rotary_->apply(q_parts[1], in[1], interleaved_);
 
     auto kv_parts = ops::split(linear_kva_->forward(h), {kv_lora_rank_, rope_}, 2);
+    // The latent's batch and sequence, which need not be h's: under sequence parallelism h is this
+    // rank's piece of the sequence and the latents come back whole.
+    const int64_t B = kv_parts[1].size(0), S = kv_parts[1].size(1);
     Tensor k_pe = rotary_->apply(ops::reshape(kv_parts[1], {B, S, 1, rope_}), in[1], interleaved_);
     Tensor kv = split_heads(linear_kvb_->forward(kv_layernorm_->forward(kv_parts[0])), nope_ + v_dim_, "linear_kvb");
     LOOM_CHECK(kv.size(2) == heads, ShapeError, "MLA: linear_kvb gives ", kv.size(2), " heads but ",

@@ -181,10 +181,19 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
 
 Tensor& allocate_local(Parameter& p, Device device) {
   Tensor& local = p.local_shard.defined() ? p.local_shard : p.tensor;
-  if (local.is_meta()) {
-    local = Tensor::empty(p.local_shape(), p.dtype, device);
-    local.set_requires_grad(p.trainable);
+  if (!local.is_meta()) return local;
+  Tensor fresh = Tensor::empty(p.local_shape(), p.dtype, device);
+  if (local.shape() == fresh.shape()) {
+    // The same tensor gets storage: grad hooks a strategy registered on it stay.
+    TensorImpl* impl = local.impl_ptr();
+    impl->storage = fresh.storage();
+    impl->offset = fresh.offset();
+    impl->strides = fresh.strides();
+    impl->device = fresh.device();
+  } else {
+    local = fresh;
   }
+  local.set_requires_grad(p.trainable);
   return local;
 }
 

@@ -57,7 +57,8 @@ struct Parameter {
 };
 
 // Allocates p.local() (its local shape, on `device`) when it is still on the meta device, with
-// requires_grad when the parameter is trainable; returns it.
+// requires_grad when the parameter is trainable; returns it. A meta tensor that already has the
+// local shape keeps its identity (and the grad hooks strategies registered on it).
 Tensor& allocate_local(Parameter& p, Device device = Device::cpu());
 
 // Fills p.local() (allocated) from p.init with the Philox stream of `name` by global element
@@ -116,6 +117,13 @@ class Module {
   // (communication recompute). Registered at construction so they are known before forward.
   const std::vector<std::string>& operation_names() const { return operation_names_; }
   void add_operation_wrapper(const std::string& operation, ForwardWrapper wrapper);
+  // A strategy that inserts communication into a module's forward from outside (the all-gather
+  // of sequence parallelism) declares it here and runs it through call_operation, so memory
+  // policies applied after it (communication recompute) can address it by path.
+  void add_operation(const std::string& name) { register_operation(name); }
+  // Runs a registered operation through its wrappers.
+  std::vector<Tensor> call_operation(const std::string& name, const std::vector<Tensor>& inputs,
+                                     const TensorFn& body);
 
  protected:
   // Registers a parameter created on `device` (meta by default: nothing allocated). 1-D tensors
@@ -135,9 +143,6 @@ class Module {
   std::vector<Tensor> invoke(const std::vector<Tensor>& inputs, const TensorFn& body);
   Tensor invoke1(const Tensor& input, const std::function<Tensor(const Tensor&)>& body);
   void register_operation(const std::string& name);
-  // Runs a registered operation through its wrappers.
-  std::vector<Tensor> call_operation(const std::string& name, const std::vector<Tensor>& inputs,
-                                     const TensorFn& body);
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> module);

@@ -1,5 +1,7 @@
 #include "loom/ops/index.h"
 
+#include <optional>
+
 #include "loom/core/trace.h"
 #include "loom/autograd/function.h"
 #include "loom/kernels/kernel_table.h"
@@ -11,13 +13,16 @@ using autograd::record;
 using kernels::KernelTable;
 using Grads = std::vector<Tensor>;
 
-Tensor embedding(const Tensor& ids, const Tensor& weight) {
+Tensor embedding(const Tensor& ids, const Tensor& weight, const kernels::VocabShard* shard) {
   LOOM_TRACE("op", "embedding");
-  Tensor out = kernels::for_tensor(weight, "embedding").embedding(ids, weight);
+  Tensor out = kernels::for_tensor(weight, "embedding").embedding(ids, weight, shard);
   const int64_t V = weight.shape()[0];
   const DType grad_dtype = weight.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  record("embedding", {&weight}, {&out}, {ids}, [V, grad_dtype](const Grads& g, const BackwardContext& ctx) -> Grads {
-    return {kernels::for_tensor(g[0], "embedding").embedding_backward(g[0], ctx.saved(0), V, grad_dtype)};
+  std::optional<kernels::VocabShard> rows;
+  if (shard) rows = kernels::VocabShard{shard->begin, shard->size, {}};
+  record("embedding", {&weight}, {&out}, {ids}, [V, grad_dtype, rows](const Grads& g, const BackwardContext& ctx) -> Grads {
+    return {kernels::for_tensor(g[0], "embedding")
+                .embedding_backward(g[0], ctx.saved(0), V, grad_dtype, rows ? &*rows : nullptr)};
   });
   return out;
 }

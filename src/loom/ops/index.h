@@ -2,12 +2,15 @@
 #pragma once
 
 #include "loom/core/tensor.h"
+#include "loom/kernels/kernel_types.h"
 
 namespace loom::ops {
 
 // weight [V, D], ids [...] (int32/int64) → [..., D]. The weight grad is a dense [V, D] tensor
 // (fp32 for bf16/f16 weights).
-Tensor embedding(const Tensor& ids, const Tensor& weight);
+// With `shard`, weight holds rows [begin, begin + rows) of a vocabulary-split table (tensor
+// parallelism): other ids give zero rows; the caller sums the shards' outputs.
+Tensor embedding(const Tensor& ids, const Tensor& weight, const kernels::VocabShard* shard = nullptr);
 Tensor gather(const Tensor& x, int dim, const Tensor& index);
 // Copy of x with src written (or added, accumulate=true) at index along dim.
 Tensor scatter(const Tensor& x, int dim, const Tensor& index, const Tensor& src, bool accumulate = false);

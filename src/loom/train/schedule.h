@@ -9,8 +9,8 @@
 //
 //   for each of the A micro-batches:  loss = forward(batch);  backward(loss · s / A)
 //
-// where s = ParallelModel::backward_scale() (1/(world/pp) while data-parallel grads are summed,
-// 1 on one process); the injected losses (MoE balance, MTP) carry the same s / A through
+// where s = ParallelModel::backward_scale() (1/(world/(pp·tp)) while data-parallel grads are
+// summed, 1 on one process); the injected losses (MoE balance, MTP) carry the same s / A through
 // TrainModel::set_backward_scale. The logged loss is the mean of the micro-batch losses, averaged
 // over every rank (the reference's all_reduce(SUM) / world).
 #pragma once

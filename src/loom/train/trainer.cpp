@@ -326,8 +326,12 @@ int64_t Trainer::train_step(StepMetrics& m) {
   } else {
     optimizer_->set_global_step(optimizer_->global_step() + 1);  // the schedule still advances
   }
-  // Routing counts of every data-parallel rank: the same expert-bias update everywhere.
-  for (Tensor& t : model_->data_parallel_sums()) mesh_->group("batch").all_reduce(t);
+  // Routing counts of every rank that routed other tokens (other data, other sequence pieces):
+  // the same expert-bias update everywhere.
+  for (Tensor& t : model_->data_parallel_sums()) {
+    mesh_->group("batch").all_reduce(t);
+    mesh_->group("tp").all_reduce(t);
+  }
   model_->after_optimizer_step();
   m.skipped = state_.consecutive_skips > 0;
   m.loss = r.loss;

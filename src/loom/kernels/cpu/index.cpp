@@ -41,11 +41,21 @@ int64_t index_at(const Tensor& c, int64_t i) {
   return c.dtype() == DType::i64 ? c.data<int64_t>()[i] : static_cast<int64_t>(c.data<int32_t>()[i]);
 }
 
-Tensor embedding(const Tensor& ids, const Tensor& weight) {
+namespace {
+// The ids as rows of this weight: id − first row, or −1 for an id another rank's rows hold.
+std::vector<int64_t> embedding_rows(const Tensor& ids, int64_t rows, const VocabShard* shard, const char* op) {
+  std::vector<int64_t> idx = checked_indices(ids, shard ? shard->size : rows, op);
+  if (shard)
+    for (int64_t& i : idx) i = i >= shard->begin && i < shard->begin + rows ? i - shard->begin : -1;
+  return idx;
+}
+}  // namespace
+
+Tensor embedding(const Tensor& ids, const Tensor& weight, const VocabShard* shard) {
   LOOM_CHECK(weight.dim() == 2, ShapeError, "embedding: weight must be [vocab, dim], got ",
              weight.shape().str());
   const int64_t V = weight.shape()[0], D = weight.shape()[1];
-  std::vector<int64_t> idx = checked_indices(ids, V, "embedding");
+  std::vector<int64_t> idx = embedding_rows(ids, V, shard, "embedding");
   Shape out_shape = ids.shape();
   out_shape.push_back(D);
   Tensor w = weight.contiguous();
@@ -54,15 +64,18 @@ Tensor embedding(const Tensor& ids, const Tensor& weight) {
   const char* src = static_cast<const char*>(w.raw_data());
   char* dst = static_cast<char*>(out.raw_data());
   parallel_for(0, static_cast<int64_t>(idx.size()), 64, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t)
-      std::memcpy(dst + t * row_bytes, src + idx[t] * row_bytes, row_bytes);
+    for (int64_t t = b; t < e; ++t) {
+      if (idx[t] < 0) std::memset(dst + t * row_bytes, 0, row_bytes);  // +0: the holder adds the row
+      else std::memcpy(dst + t * row_bytes, src + idx[t] * row_bytes, row_bytes);
+    }
   });
   return out;
 }
 
-Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_rows, DType grad_dtype) {
+Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_rows, DType grad_dtype,
+                          const VocabShard* shard) {
   const int64_t D = grad.shape()[grad.dim() - 1];
-  std::vector<int64_t> idx = checked_indices(ids, num_rows, "embedding_backward");
+  std::vector<int64_t> idx = embedding_rows(ids, num_rows, shard, "embedding_backward");
   LOOM_CHECK(static_cast<int64_t>(idx.size()) * D == grad.numel(), ShapeError,
              "embedding_backward: grad ", grad.shape().str(), " does not match ", idx.size(), " ids");
   Tensor out = Tensor::zeros({num_rows, D}, grad_dtype);
@@ -76,6 +89,7 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_row
       const G* pg = g.data<G>();
       parallel_for(0, D, 64, [&](int64_t c0, int64_t c1) {
         for (size_t t = 0; t < idx.size(); ++t) {
+          if (idx[t] < 0) continue;  // another rank's row
           O* row = po + idx[t] * D;
           const G* gr = pg + static_cast<int64_t>(t) * D;
           for (int64_t c = c0; c < c1; ++c) row[c] = cast_scalar<O>(cast_scalar<C>(row[c]) + cast_scalar<C>(gr[c]));

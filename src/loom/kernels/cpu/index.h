@@ -4,14 +4,19 @@
 #pragma once
 
 #include "loom/core/tensor.h"
+#include "loom/kernels/kernel_types.h"
 
 namespace loom::kernels::cpu {
 
 // weight [V, D], ids [...] → [..., D]
-Tensor embedding(const Tensor& ids, const Tensor& weight);
+// With `shard` (a vocabulary-split table, tensor parallelism) weight holds rows [begin, begin +
+// rows) of a `size`-row table: ids range over the whole table and the others give zero rows (and
+// no grad), so the sum over the shards' outputs is the whole lookup, exactly.
+Tensor embedding(const Tensor& ids, const Tensor& weight, const VocabShard* shard = nullptr);
 // grad [..., D] scattered into a zero [V, D] tensor of `grad_dtype` (deterministic: each thread
 // owns a column range and walks the tokens in order).
-Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_rows, DType grad_dtype);
+Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_rows, DType grad_dtype,
+                          const VocabShard* shard = nullptr);
 
 // out[i][j] = x[i][index[i][j]] along `dim` (torch.gather semantics, index same ndim as x).
 Tensor gather(const Tensor& x, int dim, const Tensor& index);

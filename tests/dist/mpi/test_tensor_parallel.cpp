@@ -1,0 +1,174 @@
+// Tensor parallelism with sequence parallelism against one process (reference/parallel.md §1,
+// §6 "TP+SP"): for every architecture, the initial local pieces are slices of the one-process
+// weights, and one step's loss and every parameter's grad (the local pieces, after the tp sums
+// of replicated parameters and FSDP's reductions) match the one-process step within fp32
+// rounding. Run at 2 ranks (tp 2) and 4 ranks (tp 4 with GQA KV heads shared by 2 ranks, and
+// tp 2 × fsdp 2).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "../dist_test_util.h"
+#include "loom/dist/parallelize.h"
+#include "loom/dist/runtime.h"
+#include "loom/optim/grad_norm.h"
+
+namespace loom::dist {
+namespace {
+
+using testing::Json;
+
+// Sizes every tp in {2, 4} divides: vocabulary, heads, ffn, sequence; 2 KV heads (shared at tp 4).
+Json tp_llama() {
+  return Json{{"model_type", "llama"}, {"vocab_size", 24}, {"hidden_size", 16}, {"num_hidden_layers", 2},
+              {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"intermediate_size", 24},
+              {"rms_norm_eps", 1e-5}, {"attention_bias", true}, {"compute_dtype", "float32"}};
+}
+
+Json tp_qwen3() {
+  return Json{{"model_type", "qwen3"}, {"vocab_size", 24}, {"hidden_size", 16}, {"num_hidden_layers", 2},
+              {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 8}, {"intermediate_size", 16},
+              {"tie_word_embeddings", true}, {"compute_dtype", "float32"}};
+}
+
+Json tp_qwen3_moe() {
+  return Json{{"model_type", "qwen3_moe"}, {"vocab_size", 24}, {"hidden_size", 16}, {"num_hidden_layers", 2},
+              {"num_attention_heads", 4}, {"num_key_value_heads", 4}, {"head_dim", 4}, {"intermediate_size", 16},
+              {"moe_intermediate_size", 8}, {"num_experts", 4}, {"num_experts_per_tok", 2},
+              {"norm_topk_prob", true}, {"router_aux_loss_coef", 0.01}, {"compute_dtype", "float32"}};
+}
+
+Json tp_deepseek_v3() {
+  Json j = testing::dist_tiny_deepseek_v3();
+  j["vocab_size"] = 24;
+  j["num_attention_heads"] = 4;
+  j["intermediate_size"] = 24;
+  j["moe_router_enable_expert_bias"] = true;
+  return j;
+}
+
+std::shared_ptr<DeviceMesh> mesh_for(int tp, int data_parallel_shard = -1) {
+  auto world = Runtime::get()->world();
+  ParallelDegrees d;
+  d.tensor_parallel = tp;
+  d.data_parallel_shard = data_parallel_shard;
+  return std::make_shared<DeviceMesh>(world, ParallelDims::infer(world->size(), d));
+}
+
+// The pieces of `whole` that parameter p holds, in its local layout.
+Tensor local_of(const Tensor& whole, const nn::Parameter& p) {
+  Tensor out = Tensor::zeros(p.local_shape(), whole.dtype());
+  for (const nn::Piece& piece : p.pieces()) {
+    Tensor dst = out, src = whole;
+    for (int d = 0; d < piece.shape.ndim(); ++d) {
+      dst = dst.narrow(d, piece.local_offset[static_cast<size_t>(d)], piece.shape[d]);
+      src = src.narrow(d, piece.global_offset[static_cast<size_t>(d)], piece.shape[d]);
+    }
+    dst.copy_(src);
+  }
+  return out;
+}
+
+void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
+  ASSERT_TRUE(got.defined()) << what;
+  auto a = got.contiguous().to_double_vector(), b = want.contiguous().to_double_vector();
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_NEAR(a[i], b[i], tol * (1.0 + std::fabs(b[i]))) << what << " [" << i << "]";
+}
+
+// One optimizer step's forward and backward of `micro` micro-batches per data-parallel rank,
+// against one process training all of them.
+void check_step(const Json& section, int tp, int data_parallel_shard, int64_t micro) {
+  const int64_t vocab = section.at("vocab_size").get<int64_t>(), B = 2, S = 8;
+  auto mesh = mesh_for(tp, data_parallel_shard);
+  const int dp = mesh->dims().data_parallel(), d = mesh->dims().dataset_shard_id(mesh->rank());
+  models::BuiltModel plain = models::build_model(section), split = models::build_model(section);
+  plain.model->materialize(17);
+  auto parallel = parallelize(*split.model, mesh, {});
+  parallel->materialize(17);
+  for (auto& [name, p] : split.model->named_parameters())
+    expect_close(p->local(), local_of(plain.model->find_parameter(name)->tensor, *p), 0, name + " init");
+
+  std::map<std::string, Tensor> ref;
+  const double ref_loss = testing::reference_step(*plain.model, vocab, B, S, 0, micro * dp, &ref);
+  // Data-parallel rank d takes global micro-batch j·dp + d at micro step j; the tp ranks of a
+  // data shard take the same one.
+  const double scale = parallel->backward_scale() / static_cast<double>(micro);
+  split.model->set_auxiliary_loss_grad_scale(scale);
+  parallel->zero_grad();
+  double loss = 0;
+  for (int64_t j = 0; j < micro; ++j) {
+    nn::LMOutput out = split.model->forward(testing::micro_batch(vocab, B, S, j * dp + d));
+    Tensor scaled = micro > 1 ? ops::scale(out.loss, 1.0 / static_cast<double>(micro)) : out.loss;
+    autograd::backward(scaled, Tensor::full(scaled.shape(), parallel->backward_scale()));
+    loss += out.loss.item() / static_cast<double>(micro);
+  }
+  parallel->finish_backward();
+  loss = mesh->world().all_reduce_scalar(loss) / mesh->world_size();
+  EXPECT_NEAR(loss, ref_loss, 1e-6 * std::fabs(ref_loss));
+  for (auto& [name, p] : split.model->named_parameters())
+    expect_close(p->local().grad(), local_of(ref.at(name), *p), 2e-5, name + " grad");
+
+  // The grad norm counts every element once: sharded pieces once, replicated ones once per copy set.
+  optim::NamedParams full, local;
+  for (auto& [name, p] : plain.model->named_parameters()) full.push_back({name, p->tensor});
+  for (auto& [name, t] : split.model->local_parameters()) local.push_back({name, t});
+  const double want = optim::global_grad_norm(full);
+  const double got = optim::global_grad_norm(
+      local, [&](const optim::NamedParam& p) { return parallel->replica_factor(p.name); },
+      [&](double v) { return mesh->world().all_reduce_scalar(v); });
+  EXPECT_NEAR(got, want, 1e-5 * want);
+}
+
+struct Arch {
+  const char* name;
+  Json (*section)();
+};
+const Arch kArchitectures[] = {{"llama", tp_llama}, {"qwen3", tp_qwen3}, {"qwen3_moe", tp_qwen3_moe},
+                               {"deepseek_v3", tp_deepseek_v3}};
+
+TEST(TensorParallelMpi, EveryArchitectureOverAllRanksMatchesOneProcess) {
+  const int n = Runtime::get()->world_size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
+  for (const Arch& a : kArchitectures) {
+    SCOPED_TRACE(a.name);
+    check_step(a.section(), n, -1, 1);
+  }
+}
+
+TEST(TensorParallelMpi, InsideFsdpWithAccumulation) {
+  if (Runtime::get()->world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  for (const Arch& a : kArchitectures) {
+    SCOPED_TRACE(a.name);
+    check_step(a.section(), 2, -1, 2);  // tp 2 inside, fsdp 2 outside, 2 micro-batches each
+  }
+}
+
+TEST(TensorParallelMpi, PlacementsRecordTheSplits) {
+  const int n = Runtime::get()->world_size();
+  if (n != 4) GTEST_SKIP() << "needs 4 ranks";
+  auto mesh = mesh_for(4);
+  models::BuiltModel m = models::build_model(tp_llama());
+  auto parallel = parallelize(*m.model, mesh, {});
+  const int r = mesh->group("tp").rank();
+  // Query heads split; the 2 KV heads shared by 2 ranks each; fc1's gate and up halves split
+  // alike; linear_proj by input columns; norms partial.
+  const nn::Parameter& q = *m.model->find_parameter("decoder.layers.0.self_attention.linear_q.weight");
+  EXPECT_EQ(q.local_shape(), (Shape{4, 16}));
+  const nn::Parameter& k = *m.model->find_parameter("decoder.layers.0.self_attention.linear_k.weight");
+  EXPECT_EQ(k.placement.on("tp")->copies, 2);
+  EXPECT_EQ(k.pieces()[0].global_offset[0], (r / 2) * 4);
+  const nn::Parameter& fc1 = *m.model->find_parameter("decoder.layers.0.mlp.linear_fc1.weight");
+  ASSERT_EQ(fc1.pieces().size(), 2u);
+  EXPECT_EQ(fc1.pieces()[1].global_offset[0], 24 + r * 6);
+  EXPECT_EQ(m.model->find_parameter("decoder.layers.0.self_attention.linear_proj.weight")->placement.on("tp")->dim, 1);
+  EXPECT_EQ(m.model->find_parameter("decoder.layers.0.input_layernorm.weight")->placement.on("tp")->kind,
+            nn::AxisPlacement::Kind::partial);
+  EXPECT_EQ(mesh->replica_factor(k.placement), 2);
+  EXPECT_EQ(mesh->replica_factor(q.placement), 1);
+  EXPECT_EQ(parallel->backward_scale(), 1.0);  // one data shard: the tp ranks' loss counted once
+}
+
+}  // namespace
+}  // namespace loom::dist
