@@ -1,6 +1,9 @@
 #include "loom/dist/comm_thread.h"
 
 #include <pthread.h>
+#include <sys/prctl.h>
+
+#include <algorithm>
 
 #include <condition_variable>
 #include <deque>
@@ -34,6 +37,7 @@ struct CommThread::State final : WorkProgress {
   std::vector<WorkHandle> in_poll;  // the transfers poll() is testing, out of `transfers`
   int waiters = 0;  // callers blocked on a tracked transfer
   bool stop = false;
+  std::string abandon_reason;  // set by abandon(): fail what is left instead of running it
 
   void waiter_arrived() override {
     {
@@ -77,6 +81,27 @@ struct CommThread::State final : WorkProgress {
     for (Transfer& t : still) transfers.push_back(std::move(t));  // after any tracked meanwhile
   }
 
+  // Fails every queued task and tracked transfer with `abandon_reason`, without running or testing
+  // them. Called and returns with `lock` held.
+  void fail_all(std::unique_lock<std::mutex>& lock) {
+    std::deque<Task> left_tasks = std::move(tasks);
+    std::vector<Transfer> left_transfers = std::move(transfers);
+    tasks.clear();
+    transfers.clear();
+    const std::string reason = abandon_reason;
+    lock.unlock();
+    if (!left_tasks.empty() || !left_transfers.empty())
+      log::error("process group on mesh axis '", axis, "': ", left_tasks.size() + left_transfers.size(),
+                 " asynchronous op(s) never completed: ", reason);
+    for (Task& t : left_tasks) t.work->finish(std::make_exception_ptr(DistError(t.work->op() + (": " + reason))));
+    for (Transfer& t : left_transfers) {
+      t.transfer.reset();  // a PendingTransfer's destructor never calls the transport
+      t.keep.clear();
+      t.work->finish(std::make_exception_ptr(DistError(t.work->op() + (": " + reason))));
+    }
+    lock.lock();
+  }
+
   // The ops not completed yet (call with the mutex held).
   std::vector<const char*> unfinished() const {
     std::vector<const char*> ops;
@@ -91,6 +116,24 @@ struct CommThread::State final : WorkProgress {
   }
 };
 
+namespace {
+thread_local bool t_on_comm_thread = false;
+}  // namespace
+
+bool CommThread::on_this_thread() { return t_on_comm_thread; }
+
+void CommThread::pause_between_tests(int round) {
+  // A peer that is nearly there is worth a few yields; one that is far behind gets the core back
+  // for the compute threads, in sleeps that grow so a long wait costs few wake-ups.
+  constexpr int kYields = 16;
+  if (round < kYields) {
+    std::this_thread::yield();
+    return;
+  }
+  const int doublings = std::min(round - kYields, 5);
+  std::this_thread::sleep_for(std::min(std::chrono::microseconds(4 << doublings), kMaxPause));
+}
+
 CommThread::CommThread(std::string axis) : state_(std::make_shared<State>()) {
   state_->axis = std::move(axis);
   thread_ = std::thread([s = state_] { run(*s); });
@@ -100,8 +143,15 @@ CommThread::CommThread(std::string axis) : state_(std::make_shared<State>()) {
 CommThread::~CommThread() { finish(); }
 
 void CommThread::run(State& s) {
+  t_on_comm_thread = true;
+  // Sleeps of a few microseconds must not be stretched by the default 50 µs timer slack.
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   std::unique_lock<std::mutex> lock(s.mutex);
   for (;;) {
+    if (!s.abandon_reason.empty()) {
+      s.fail_all(lock);
+      return;
+    }
     if (!s.transfers.empty()) s.poll(lock);
     if (!s.tasks.empty()) {
       State::Task task = std::move(s.tasks.front());
@@ -191,24 +241,10 @@ void CommThread::finish() {
 
 void CommThread::abandon(const std::string& reason) {
   if (!thread_.joinable()) return;
-  std::deque<State::Task> tasks;
-  std::vector<State::Transfer> transfers;
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
-    tasks = std::move(state_->tasks);
-    state_->tasks.clear();
-    transfers = std::move(state_->transfers);
-    state_->transfers.clear();
+    state_->abandon_reason = reason.empty() ? "abandoned" : reason;
     state_->stop = true;
-  }
-  if (!tasks.empty() || !transfers.empty())
-    log::error("process group on mesh axis '", state_->axis, "': ", tasks.size() + transfers.size(),
-               " asynchronous op(s) never completed: ", reason);
-  for (auto& t : tasks) t.work->finish(std::make_exception_ptr(DistError(t.work->op() + (": " + reason))));
-  for (auto& t : transfers) {
-    t.transfer.reset();  // a PendingTransfer's destructor never calls the transport
-    t.keep.clear();
-    t.work->finish(std::make_exception_ptr(DistError(t.work->op() + (": " + reason))));
   }
   state_->wake.notify_one();
   thread_.join();

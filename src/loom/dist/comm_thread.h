@@ -20,9 +20,13 @@
 // caller blocks in Work::wait(), every kPollInterval otherwise. MPI_THREAD_MULTIPLE (runtime.h)
 // makes the caller's and the thread's concurrent MPI calls legal.
 //
-// Cost. On a CPU the thread competes with the compute threads for cores while it copies and while
-// it spins inside MPI waiting for a peer; overlap is complete only when it has a core of its own
-// (bench/bench_comm_overlap.cpp measures it).
+// Waiting. While a collective's step waits for its peer, the thread does not spin inside MPI (as
+// MPI_Sendrecv would, taking a core from the GEMM that runs meanwhile): the backend posts the step
+// as MPI_Isend/MPI_Irecv and tests it with pause_between_tests() in between, a few yields and then
+// sleeps of growing length up to kMaxPause. The messages, their order and the bits are those of the
+// blocking call. The thread still needs a core while it copies (the receiver copies on the CPU),
+// so overlap is complete only when it has one of its own (bench/bench_comm_overlap.cpp measures
+// it).
 #pragma once
 
 #include <chrono>
@@ -41,6 +45,13 @@ class CommThread {
  public:
   // How often in-flight transfers are polled while nobody waits on one.
   static constexpr std::chrono::microseconds kPollInterval{100};
+  // The longest pause between two tests of a collective's step.
+  static constexpr std::chrono::microseconds kMaxPause{100};
+
+  // Whether the calling thread is a communication thread (the backend then waits politely).
+  static bool on_this_thread();
+  // The pause before the next test of a step that is not complete; `round` counts the tests so far.
+  static void pause_between_tests(int round);
 
   explicit CommThread(std::string axis);
   // finish(): waits for every pending op, then joins the thread.
@@ -63,7 +74,8 @@ class CommThread {
   // one never completes), then stops the thread. Called by the group's destructor.
   void finish();
   // Completes every queued collective and in-flight transfer with a DistError saying `reason`,
-  // without touching the transport (it is gone: MPI was finalised), then stops the thread.
+  // without touching the transport (it is gone: MPI was finalised), then stops the thread (after
+  // the collective it may be running).
   void abandon(const std::string& reason);
 
  private:

@@ -17,6 +17,7 @@
 #include <functional>
 
 #include "loom/core/error.h"
+#include "loom/dist/comm_thread.h"
 
 namespace loom::dist {
 
@@ -120,9 +121,23 @@ void MpiProcessGroup::sendrecv(const void* send, int64_t send_count, int dst, vo
   while (sent < send_count || got < recv_count) {
     const int s = static_cast<int>(std::min(kMaxPiece, send_count - sent));
     const int r = static_cast<int>(std::min(kMaxPiece, recv_count - got));
-    check_mpi(MPI_Sendrecv(static_cast<const char*>(send) + sent * es, s, t, dst, 0,
-                           static_cast<char*>(recv) + got * es, r, t, src, 0, comms_->coll, MPI_STATUS_IGNORE),
-              "Sendrecv", axis());
+    const char* send_at = static_cast<const char*>(send) + sent * es;
+    char* recv_at = static_cast<char*>(recv) + got * es;
+    if (!CommThread::on_this_thread()) {
+      check_mpi(MPI_Sendrecv(send_at, s, t, dst, 0, recv_at, r, t, src, 0, comms_->coll, MPI_STATUS_IGNORE),
+                "Sendrecv", axis());
+    } else {
+      // The same exchange, waited for without spinning (comm_thread.h "Waiting").
+      MPI_Request requests[2];
+      check_mpi(MPI_Irecv(recv_at, r, t, src, 0, comms_->coll, &requests[0]), "Irecv", axis());
+      check_mpi(MPI_Isend(send_at, s, t, dst, 0, comms_->coll, &requests[1]), "Isend", axis());
+      for (int round = 0;; ++round) {
+        int done = 0;
+        check_mpi(MPI_Testall(2, requests, &done, MPI_STATUSES_IGNORE), "Testall", axis());
+        if (done) break;
+        CommThread::pause_between_tests(round);
+      }
+    }
     sent += s;
     got += r;
   }
