@@ -53,6 +53,50 @@ TEST(SingleRankGroup, ChecksSizesDtypesAndPeers) {
   }
 }
 
+TEST(SingleRankGroup, AsynchronousOpsReturnCompletedHandles) {
+  auto g = make_single_rank_group("tp");
+  std::vector<float> v{1, 2, 3}, out(3);
+  std::vector<WorkHandle> works;
+  works.push_back(g->iall_reduce(std::span<float>(v)));
+  works.push_back(g->ireduce_scatter(std::span<const float>(v), std::span<float>(out)));
+  EXPECT_EQ(out, v);  // done before the handle came back: nothing to wait for
+  std::vector<double> gathered(3);
+  std::vector<double> mine{4, 5, 6};
+  works.push_back(g->iall_gather(std::span<const double>(mine), std::span<double>(gathered)));
+  EXPECT_EQ(gathered, mine);
+  std::vector<int64_t> i{7, 8}, io(2);
+  works.push_back(g->iall_to_all_v(std::span<const int64_t>(i), {2}, std::span<int64_t>(io), {2}));
+  EXPECT_EQ(io, i);
+  works.push_back(g->ibroadcast(std::span<int64_t>(i), 0));
+  Tensor t = Tensor::full({2, 2}, 3.0), tg = Tensor::zeros({2, 2});
+  works.push_back(g->iall_reduce(t));
+  works.push_back(g->iall_gather(t, tg));
+  EXPECT_EQ(tg.at({1, 1}), 3.0);
+  for (const auto& w : works) {
+    EXPECT_TRUE(w->is_completed()) << w->op();
+    EXPECT_NO_THROW(w->wait());
+  }
+  EXPECT_EQ(g->stats().bytes_sent, 0);
+  EXPECT_EQ(g->stats().num_collectives, 0);
+}
+
+TEST(SingleRankGroup, AsynchronousArgumentErrorsAreThrownAtIssue) {
+  auto g = make_single_rank_group("world");
+  std::vector<float> in(4), out(3);
+  EXPECT_THROW(g->ireduce_scatter(std::span<const float>(in), std::span<float>(out)), ShapeError);
+  EXPECT_THROW(g->iall_gather(std::span<const float>(in), std::span<float>(out)), ShapeError);
+  EXPECT_THROW(g->iall_reduce(Tensor::zeros({2}, DType::u8)), DTypeError);
+  EXPECT_THROW(g->ibroadcast(std::span<float>(in), 1), ValueError);
+  try {
+    g->isend(std::span<const float>(in), 0);
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("isend on mesh axis 'world': peer 0 must be another rank"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(g->irecv(Tensor::zeros({2}), 0), ValueError);
+}
+
 TEST(ReduceInRankOrder, SumIsASequentialChainPerElement) {
   // ((a + b) + c) in float: 1e8 + 1 - 1e8 = 0 in that order, 1 in another.
   std::vector<float> a{1e8f}, b{1.0f}, c{-1e8f}, out(1);

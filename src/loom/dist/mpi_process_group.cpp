@@ -14,8 +14,10 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <functional>
 
 #include "loom/core/error.h"
+#include "loom/dist/comm_thread.h"
 
 namespace loom::dist {
 
@@ -70,6 +72,9 @@ MpiProcessGroup::MpiProcessGroup(std::string axis, void* comm, std::vector<int> 
 MpiProcessGroup::~MpiProcessGroup() {
   int finalized = 0;
   MPI_Finalized(&finalized);
+  // The communication thread calls into the communicators freed below: stop it first.
+  if (finalized) abandon_async_ops("MPI was finalised first; wait() on every handle before Runtime::finalize()");
+  else finish_async_ops();
   if (!finalized) {
     if (comms_->coll != MPI_COMM_NULL) MPI_Comm_free(&comms_->coll);
     if (comms_->p2p != MPI_COMM_NULL && comms_->p2p != MPI_COMM_WORLD) MPI_Comm_free(&comms_->p2p);
@@ -116,14 +121,27 @@ void MpiProcessGroup::sendrecv(const void* send, int64_t send_count, int dst, vo
   while (sent < send_count || got < recv_count) {
     const int s = static_cast<int>(std::min(kMaxPiece, send_count - sent));
     const int r = static_cast<int>(std::min(kMaxPiece, recv_count - got));
-    check_mpi(MPI_Sendrecv(static_cast<const char*>(send) + sent * es, s, t, dst, 0,
-                           static_cast<char*>(recv) + got * es, r, t, src, 0, comms_->coll, MPI_STATUS_IGNORE),
-              "Sendrecv", axis());
+    const char* send_at = static_cast<const char*>(send) + sent * es;
+    char* recv_at = static_cast<char*>(recv) + got * es;
+    if (!CommThread::on_this_thread()) {
+      check_mpi(MPI_Sendrecv(send_at, s, t, dst, 0, recv_at, r, t, src, 0, comms_->coll, MPI_STATUS_IGNORE),
+                "Sendrecv", axis());
+    } else {
+      // The same exchange, waited for without spinning (comm_thread.h "Waiting").
+      MPI_Request requests[2];
+      check_mpi(MPI_Irecv(recv_at, r, t, src, 0, comms_->coll, &requests[0]), "Irecv", axis());
+      check_mpi(MPI_Isend(send_at, s, t, dst, 0, comms_->coll, &requests[1]), "Isend", axis());
+      for (int round = 0;; ++round) {
+        int done = 0;
+        check_mpi(MPI_Testall(2, requests, &done, MPI_STATUSES_IGNORE), "Testall", axis());
+        if (done) break;
+        CommThread::pause_between_tests(round);
+      }
+    }
     sent += s;
     got += r;
   }
-  stats_.bytes_sent += send_count * static_cast<int64_t>(es);
-  stats_.bytes_received += recv_count * static_cast<int64_t>(es);
+  count_traffic(send_count * static_cast<int64_t>(es), recv_count * static_cast<int64_t>(es));
 }
 
 void MpiProcessGroup::do_reduce_scatter(const void* input, void* output, int64_t chunk, DType dtype, ReduceOp op) {
@@ -213,7 +231,7 @@ void MpiProcessGroup::do_send(const void* data, int64_t count, DType dtype, int 
     done += piece;
     if (count == 0) break;
   }
-  stats_.bytes_sent += count * static_cast<int64_t>(es);
+  count_traffic(count * static_cast<int64_t>(es), 0);
 }
 
 void MpiProcessGroup::do_recv(void* data, int64_t count, DType dtype, int peer, int tag) {
@@ -230,7 +248,96 @@ void MpiProcessGroup::do_recv(void* data, int64_t count, DType dtype, int peer, 
     done += piece;
     if (count == 0) break;
   }
-  stats_.bytes_received += count * static_cast<int64_t>(es);
+  count_traffic(0, count * static_cast<int64_t>(es));
+}
+
+namespace {
+
+// A posted isend/irecv: one request per piece of at most kMaxPiece elements (a zero-length
+// message is one piece, as in do_send). Only the communication thread tests it.
+class MpiTransfer final : public PendingTransfer {
+ public:
+  using Count = std::function<void(int64_t sent, int64_t received)>;
+  MpiTransfer(const char* op, std::string axis, int peer, int tag, DType dtype, int64_t count, bool receives, Count count_bytes)
+      : op_(op), axis_(std::move(axis)), peer_(peer), tag_(tag), dtype_(dtype), count_(count), receives_(receives),
+        count_bytes_(std::move(count_bytes)) {}
+
+  // Posts every piece (on the caller).
+  void post(void* data, MPI_Comm comm) {
+    const size_t es = dtype_size(dtype_);
+    for (int64_t done = 0; done < count_ || requests_.empty();) {
+      const int piece = static_cast<int>(std::min(kMaxPiece, count_ - done));
+      MPI_Request request = MPI_REQUEST_NULL;
+      char* at = static_cast<char*>(data) + done * es;
+      const int rc = receives_ ? MPI_Irecv(at, piece, mpi_type(dtype_), peer_, tag_, comm, &request)
+                               : MPI_Isend(at, piece, mpi_type(dtype_), peer_, tag_, comm, &request);
+      check_mpi(rc, receives_ ? "Irecv" : "Isend", axis_);
+      requests_.push_back(request);
+      pieces_.push_back(piece);
+      done += piece;
+    }
+    if (!receives_) count_bytes_(count_ * static_cast<int64_t>(es), 0);
+  }
+
+  bool test() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    LOOM_CHECK(!finalized, DistError, op_, " on mesh axis '", axis_, "' with rank ", peer_,
+               " was still in flight when MPI was finalised: wait() on every handle before Runtime::finalize()");
+    int flag = 0;
+    std::vector<MPI_Status> statuses(requests_.size());
+    const int rc = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag, statuses.data());
+    if (rc == MPI_ERR_IN_STATUS) {
+      for (const MPI_Status& st : statuses)
+        if (st.MPI_ERROR != MPI_SUCCESS && st.MPI_ERROR != MPI_ERR_PENDING) fail(st.MPI_ERROR);
+    }
+    if (rc != MPI_SUCCESS) fail(rc);
+    if (!flag) return false;
+    if (receives_) {
+      for (size_t i = 0; i < statuses.size(); ++i) {
+        int got = 0;
+        MPI_Get_count(&statuses[i], mpi_type(dtype_), &got);
+        LOOM_CHECK(got == pieces_[i], DistError, op_, " on mesh axis '", axis_, "' from rank ", peer_, " (tag ", tag_,
+                   "): expected ", pieces_[i], " elements, the sender sent ", got);
+      }
+      count_bytes_(0, count_ * static_cast<int64_t>(dtype_size(dtype_)));
+    }
+    return true;
+  }
+
+ private:
+  [[noreturn]] void fail(int code) const {
+    LOOM_THROW(DistError, op_, " on mesh axis '", axis_, "' ", receives_ ? "from" : "to", " rank ", peer_, " (tag ",
+               tag_, ", ", count_, " elements) failed: ", mpi_error_text(code),
+               receives_ ? " (a message larger than the receive buffer is truncated: the sizes must agree)" : "");
+  }
+
+  const char* op_;
+  std::string axis_;
+  int peer_, tag_;
+  DType dtype_;
+  int64_t count_;
+  bool receives_;
+  Count count_bytes_;
+  std::vector<MPI_Request> requests_;
+  std::vector<int> pieces_;
+};
+
+}  // namespace
+
+std::unique_ptr<PendingTransfer> MpiProcessGroup::do_isend(const void* data, int64_t count, DType dtype, int peer,
+                                                           int tag) {
+  auto t = std::make_unique<MpiTransfer>("isend", axis(), peer, tag, dtype, count, false,
+                                         [this](int64_t s, int64_t r) { count_traffic(s, r); });
+  t->post(const_cast<void*>(data), comms_->p2p);  // MPI_Isend takes a const buffer; post() serves both
+  return t;
+}
+
+std::unique_ptr<PendingTransfer> MpiProcessGroup::do_irecv(void* data, int64_t count, DType dtype, int peer, int tag) {
+  auto t = std::make_unique<MpiTransfer>("irecv", axis(), peer, tag, dtype, count, true,
+                                         [this](int64_t s, int64_t r) { count_traffic(s, r); });
+  t->post(data, comms_->p2p);
+  return t;
 }
 
 void MpiProcessGroup::do_broadcast(void* data, int64_t count, DType dtype, int root) {

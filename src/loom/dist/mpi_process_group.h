@@ -29,6 +29,8 @@ class MpiProcessGroup final : public ProcessGroup {
   void do_recv(void* data, int64_t count, DType dtype, int peer, int tag) override;
   void do_broadcast(void* data, int64_t count, DType dtype, int root) override;
   void do_barrier() override;
+  std::unique_ptr<PendingTransfer> do_isend(const void* data, int64_t count, DType dtype, int peer, int tag) override;
+  std::unique_ptr<PendingTransfer> do_irecv(void* data, int64_t count, DType dtype, int peer, int tag) override;
 
  private:
   // `comm` points at an MPI_Comm this group takes over.

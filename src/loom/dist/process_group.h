@@ -11,10 +11,19 @@
 //
 // Every collective runs under the watchdog (watchdog.h): one that does not finish within the
 // timeout aborts every rank, naming the rank, the op and the mesh axis.
+//
+// Every op also comes asynchronous (iall_gather, isend, ...): it starts and returns a handle
+// (work.h) to wait on, so a transfer advances while kernels run. A group runs its collectives in
+// issue order, blocking and asynchronous alike, on a communication thread of its own that it
+// starts at its first asynchronous op; a blocking call waits for the queued ones, then runs inline
+// on the caller (comm_thread.h explains the scheme and why it is a thread). Results and byte
+// counts do not depend on which way an op was issued. A group is driven by one thread at a time.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -22,6 +31,7 @@
 
 #include "loom/core/dtype.h"
 #include "loom/core/tensor.h"
+#include "loom/dist/work.h"
 
 namespace loom::dist {
 
@@ -40,12 +50,17 @@ struct CommStats {
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
   int64_t num_collectives = 0;
-  double seconds = 0;  // wall time inside collectives (waiting for peers included)
+  // Wall time inside collectives (waiting for peers included): on the caller for blocking ones,
+  // on the communication thread for asynchronous ones.
+  double seconds = 0;
 };
+
+class CommThread;
 
 class ProcessGroup {
  public:
-  virtual ~ProcessGroup() = default;
+  // Waits for the asynchronous ops still pending (comm_thread.h).
+  virtual ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
@@ -55,8 +70,8 @@ class ProcessGroup {
   const std::string& axis() const { return axis_; }
   // World ranks of the members, in group-rank order.
   const std::vector<int>& members() const { return members_; }
-  CommStats stats() const { return stats_; }
-  void reset_stats() { stats_ = {}; }
+  CommStats stats() const;
+  void reset_stats();
 
   // ---- Typed front-ends ------------------------------------------------------------------
   // In place over every rank's `data` (same count everywhere).
@@ -115,7 +130,63 @@ class ProcessGroup {
   void all_reduce(const Tensor& data, ReduceOp op = ReduceOp::sum);
   void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op = ReduceOp::sum);
   void all_gather(const Tensor& input, const Tensor& output);
+  void all_to_all_v(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& output,
+                    const std::vector<int64_t>& recv_counts);
   void broadcast(const Tensor& data, int root);
+
+  // ---- Asynchronous front-ends ---------------------------------------------------------------
+  // The ops above, started: the buffers belong to the op until its handle completed. Argument
+  // errors are thrown here, on the caller; errors while running are rethrown by wait().
+  template <typename T>
+  WorkHandle iall_reduce(std::span<T> data, ReduceOp op = ReduceOp::sum) {
+    static_assert(is_comm_type_v<T>);
+    return start_all_reduce(data.data(), static_cast<int64_t>(data.size()), dtype_of<T>::value, op, {});
+  }
+  template <typename T>
+  WorkHandle ireduce_scatter(std::span<const T> input, std::span<T> output, ReduceOp op = ReduceOp::sum) {
+    static_assert(is_comm_type_v<T>);
+    return start_reduce_scatter(input.data(), static_cast<int64_t>(input.size()), output.data(),
+                                static_cast<int64_t>(output.size()), dtype_of<T>::value, op, {});
+  }
+  template <typename T>
+  WorkHandle iall_gather(std::span<const T> input, std::span<T> output) {
+    static_assert(is_comm_type_v<T>);
+    return start_all_gather(input.data(), static_cast<int64_t>(input.size()), output.data(),
+                            static_cast<int64_t>(output.size()), dtype_of<T>::value, {});
+  }
+  template <typename T>
+  WorkHandle iall_to_all_v(std::span<const T> input, const std::vector<int64_t>& send_counts, std::span<T> output,
+                           const std::vector<int64_t>& recv_counts) {
+    static_assert(is_comm_type_v<T>);
+    return start_all_to_all_v(input.data(), static_cast<int64_t>(input.size()), send_counts, output.data(),
+                              static_cast<int64_t>(output.size()), recv_counts, dtype_of<T>::value, {});
+  }
+  template <typename T>
+  WorkHandle ibroadcast(std::span<T> data, int root) {
+    static_assert(is_comm_type_v<T>);
+    return start_broadcast(data.data(), static_cast<int64_t>(data.size()), dtype_of<T>::value, root, {});
+  }
+  // Posted at once (messages between two ranks match in issue order); they never wait for the
+  // group's queued collectives.
+  template <typename T>
+  WorkHandle isend(std::span<const T> data, int peer, int tag = 0) {
+    static_assert(is_comm_type_v<T>);
+    return start_send(data.data(), static_cast<int64_t>(data.size()), dtype_of<T>::value, peer, tag, {});
+  }
+  template <typename T>
+  WorkHandle irecv(std::span<T> data, int peer, int tag = 0) {
+    static_assert(is_comm_type_v<T>);
+    return start_recv(data.data(), static_cast<int64_t>(data.size()), dtype_of<T>::value, peer, tag, {});
+  }
+  // Tensor forms; the handle keeps the tensors alive until the op completed.
+  WorkHandle iall_reduce(const Tensor& data, ReduceOp op = ReduceOp::sum);
+  WorkHandle ireduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op = ReduceOp::sum);
+  WorkHandle iall_gather(const Tensor& input, const Tensor& output);
+  WorkHandle iall_to_all_v(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& output,
+                           const std::vector<int64_t>& recv_counts);
+  WorkHandle ibroadcast(const Tensor& data, int root);
+  WorkHandle isend(const Tensor& data, int peer, int tag = 0);
+  WorkHandle irecv(const Tensor& data, int peer, int tag = 0);
 
   // Scalars (loss and grad-norm sums, counters).
   double all_reduce_scalar(double value, ReduceOp op = ReduceOp::sum);
@@ -134,10 +205,47 @@ class ProcessGroup {
   virtual void do_recv(void* data, int64_t count, DType dtype, int peer, int tag) = 0;
   virtual void do_broadcast(void* data, int64_t count, DType dtype, int root) = 0;
   virtual void do_barrier() = 0;
+  // Post a transfer and return it for the communication thread to poll (called on the caller).
+  virtual std::unique_ptr<PendingTransfer> do_isend(const void* data, int64_t count, DType dtype, int peer, int tag) = 0;
+  virtual std::unique_ptr<PendingTransfer> do_irecv(void* data, int64_t count, DType dtype, int peer, int tag) = 0;
 
-  CommStats stats_;
+  // Bytes handed to / taken from the transport (thread-safe: the communication thread counts too).
+  void count_traffic(int64_t bytes_sent, int64_t bytes_received);
+  // For a backend's destructor, before it tears its transport down: waits for every pending
+  // asynchronous op; or, once the transport is gone, fails them with `reason`.
+  void finish_async_ops();
+  void abandon_async_ops(const std::string& reason);
 
  private:
+  // What an asynchronous op keeps alive until it completed.
+  using KeepAlive = std::vector<Tensor>;
+
+  // Argument checks shared by the blocking and asynchronous forms (thrown on the caller). They
+  // return false when the transport has nothing to do (a group of one rank: done by a copy).
+  bool prepare_all_reduce(int64_t count, DType dtype);
+  bool prepare_reduce_scatter(const void* input, int64_t in_count, void* output, int64_t out_count, DType dtype);
+  bool prepare_all_gather(const void* input, int64_t in_count, void* output, int64_t out_count, DType dtype);
+  bool prepare_all_to_all_v(const void* input, int64_t in_count, const std::vector<int64_t>& send_counts,
+                            void* output, int64_t out_count, const std::vector<int64_t>& recv_counts, DType dtype);
+  bool prepare_broadcast(int64_t count, DType dtype, int root);
+  // A collective on the caller, after the queued ones; or queued for the communication thread.
+  template <typename Transport>
+  void run_inline(const char* op, Transport&& transport);
+  WorkHandle enqueue(const char* op, std::function<void()> transport, KeepAlive keep);
+  CommThread& comm_thread();
+
+  WorkHandle start_all_reduce(void* data, int64_t count, DType dtype, ReduceOp op, KeepAlive keep);
+  WorkHandle start_reduce_scatter(const void* input, int64_t in_count, void* output, int64_t out_count, DType dtype,
+                                  ReduceOp op, KeepAlive keep);
+  WorkHandle start_all_gather(const void* input, int64_t in_count, void* output, int64_t out_count, DType dtype,
+                              KeepAlive keep);
+  WorkHandle start_all_to_all_v(const void* input, int64_t in_count, const std::vector<int64_t>& send_counts,
+                                void* output, int64_t out_count, const std::vector<int64_t>& recv_counts, DType dtype,
+                                KeepAlive keep);
+  WorkHandle start_broadcast(void* data, int64_t count, DType dtype, int root, KeepAlive keep);
+  WorkHandle start_send(const void* data, int64_t count, DType dtype, int peer, int tag, KeepAlive keep);
+  WorkHandle start_recv(void* data, int64_t count, DType dtype, int peer, int tag, KeepAlive keep);
+
   void run_all_reduce(void* data, int64_t count, DType dtype, ReduceOp op);
   void run_reduce_scatter(const void* input, int64_t in_count, void* output, int64_t out_count, DType dtype,
                           ReduceOp op);
@@ -153,6 +261,9 @@ class ProcessGroup {
   std::string axis_;
   int rank_ = 0;
   std::vector<int> members_;
+  mutable std::mutex stats_mutex_;
+  CommStats stats_;
+  std::unique_ptr<CommThread> comm_thread_;  // started by the first asynchronous op
 };
 
 // A group of one: every collective is a copy (or nothing). `world_rank` is this process's rank
