@@ -89,9 +89,10 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
   loom::config::LoadOptions load;
   load.overrides = overrides;
   load.world_size = rt.world_size();
-  loom::config::TrainConfig config;
+  // Loaded and resolved for this world once; the trainer takes the resolution as it is.
+  loom::config::LoadedConfig loaded;
   try {
-    config = loom::config::load_config(config_path, load);
+    loaded = loom::config::load_config(config_path, load);
   } catch (const loom::ConfigReadError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
@@ -103,7 +104,7 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
   std::filesystem::create_directories(run_dir);
   if (rt.rank() == 0) {
     loom::log::set_file((std::filesystem::path(run_dir) / "train.log").string());
-    loom::config::write_effective_config(config, (std::filesystem::path(run_dir) / "config.yaml").string());
+    loom::config::write_effective_config(loaded.config, (std::filesystem::path(run_dir) / "config.yaml").string());
   }
   loom::log::info("run directory: ", run_dir, rt.world_size() > 1 ? " (" + std::to_string(rt.world_size()) + " processes)" : "");
 
@@ -112,7 +113,7 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
   options.rank = rt.rank();
   options.world_size = rt.world_size();
   options.world = rt.world();
-  loom::train::Trainer trainer(std::move(config), loom::train::build_causal_lm, options);
+  loom::train::Trainer trainer(std::move(loaded), loom::train::build_causal_lm, options);
   loom::train::TrainSummary s = trainer.train();
   char line[512];
   std::snprintf(line, sizeof(line),

@@ -259,9 +259,10 @@ TEST(ModelArgs, GapsAreWhatABuildableModelStillNeeds) {
   ModelReading partial = read_model_args(Json{{"model_type", "deepseek_v3"}, {"num_hidden_layers", 12},
                                               {"num_attention_heads", 8}, {"num_nextn_predict_layers", 1}});
   EXPECT_TRUE(partial.errors.empty());
-  ASSERT_EQ(partial.gaps.size(), 2u);
+  ASSERT_EQ(partial.gaps.size(), 3u);
   EXPECT_EQ(partial.gaps[0].path, "model.vocab_size");
   EXPECT_EQ(partial.gaps[1].path, "model.hidden_size");
+  EXPECT_EQ(partial.gaps[2].path, "model.intermediate_size");  // first_k_dense_replace = 3 dense layers
   EXPECT_EQ(partial.args.num_layers, 12);
   EXPECT_EQ(partial.args.mtp_num_layers, 1);
   EXPECT_EQ(partial.args.num_experts, 256);  // the DeepSeek-V3 default

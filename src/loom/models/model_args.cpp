@@ -287,6 +287,14 @@ void read_moe(KeyReader& r, ModelArgs& a, const std::string& prefix, bool archit
   if (!a.moe_load_balancing_types.empty() && a.moe_aux_loss_coeffs.empty()) a.moe_aux_loss_coeffs = {0.0};
 }
 
+// Dense MLP layers need their width; a size not given rather than a value written wrong.
+void require_dense_width(const ModelArgs& a, const std::string& p, std::vector<ModelIssue>& gaps) {
+  if (a.has_dense_layers() && a.intermediate_size <= 0)
+    gaps.push_back({p + ".intermediate_size",
+                    concat(p, ".intermediate_size (or ", p, ".ffn_hidden_size) is required: the model has dense MLP layers",
+                           a.num_experts > 0 ? " (layers below first_k_dense_replace)" : "")});
+}
+
 }  // namespace
 
 const std::vector<ArchitectureInfo>& supported_architectures() { return kArchitectures; }
@@ -438,6 +446,7 @@ ModelReading read_model_args(const Json& section, const std::string& prefix) {
   for (const char* k : kRopeScalingKeys) out.known_keys.push_back(std::string("rope_scaling.") + k);
   // Cross-field rules need the sizes; a section without them has its gaps reported instead.
   if (known && sizes_given) a.validate(prefix, out.errors, out.gaps);
+  else if (known) require_dense_width(a, prefix, out.gaps);
   return out;
 }
 
@@ -519,11 +528,7 @@ void ModelArgs::validate(const std::string& p, std::vector<ModelIssue>& errors, 
     check(shared_expert_intermediate_size >= 0, "moe_shared_expert_intermediate_size", p,
           ".moe_shared_expert_intermediate_size = ", shared_expert_intermediate_size, " must not be negative");
   }
-  // A size not given, rather than a value written wrong.
-  if (has_dense_layers() && intermediate_size <= 0)
-    gaps.push_back({p + ".intermediate_size",
-                    concat(p, ".intermediate_size (or ", p, ".ffn_hidden_size) is required: the model has dense MLP layers",
-                           num_experts > 0 ? " (layers below first_k_dense_replace)" : "")});
+  require_dense_width(*this, p, gaps);
   check(mtp_num_layers >= 0, "num_nextn_predict_layers", p, ".num_nextn_predict_layers = ", mtp_num_layers,
         " must not be negative");
   for (auto [d, key] : {std::pair{params_dtype, "params_dtype"}, std::pair{compute_dtype, "compute_dtype"}})

@@ -9,13 +9,12 @@
 #include "loom/autograd/engine.h"
 #include "loom/autograd/grad_mode.h"
 #include "loom/config/config.h"
-#include "loom/config/parallel_layout.h"
+#include "loom/config/model_section.h"
 #include "loom/core/allocator.h"
 #include "loom/core/log.h"
 #include "loom/core/parallel.h"
 #include "loom/core/rng.h"
 #include "loom/core/trace.h"
-#include "loom/data/loader_options.h"
 #include "loom/dist/sharded_checkpoint.h"
 #include "loom/ops/elementwise.h"
 #include "loom/optim/grad_norm.h"
@@ -25,7 +24,6 @@
 #include "loom/train/config_json.h"
 #include "loom/train/distributed.h"
 #include "loom/train/hardware.h"
-#include "loom/train/memory_setup.h"
 
 namespace loom::train {
 
@@ -54,8 +52,14 @@ void clear_stop_request() { g_stop.store(false); }
 
 // ---- Construction ----------------------------------------------------------------------------
 
-Trainer::Trainer(config::TrainConfig config, const ModelFactory& model_factory, TrainerOptions options)
-    : config_(std::move(config)), model_factory_(model_factory), options_(std::move(options)) {
+Trainer::Trainer(config::LoadedConfig loaded, const ModelFactory& model_factory, TrainerOptions options)
+    : config_(std::move(loaded.config)), model_factory_(model_factory), options_(std::move(options)) {
+  LOOM_CHECK(loaded.resolved.has_value(), ValueError, "Trainer: the configuration was loaded without a world size; "
+             "load it with LoadOptions::world_size = ", options_.world_size);
+  LOOM_CHECK(loaded.resolved->layout.world_size == options_.world_size, ValueError, "Trainer: the configuration was "
+             "resolved for ", loaded.resolved->layout.world_size, " ranks but TrainerOptions::world_size is ",
+             options_.world_size);
+  resolved_ = std::move(*loaded.resolved);
   build();
 }
 
@@ -84,13 +88,9 @@ void Trainer::build() {
   const auto& training = config_.training;
   manual_seed(static_cast<uint64_t>(training.seed));
 
-  // Parallel layout and gradient accumulation (the spec's rules, shared with check-config).
-  config::ParallelLayout layout = config::resolve_layout(config_, options_.world_size);
+  // Parallel layout and gradient accumulation, resolved with the configuration (check-config's too).
+  const config::ParallelLayout& layout = resolved_.layout;
   state_.num_accumulation_steps = layout.num_accumulation_steps;
-  if (layout.samples_per_step != training.global_batch_size)
-    log::warn("training.global_batch_size ", training.global_batch_size, " is not a multiple of data_parallel × "
-              "local_batch_size = ", layout.samples_per_micro_step, ": each step trains on ", layout.samples_per_step,
-              " samples (", layout.num_accumulation_steps, " micro-batches)");
 
   // Several processes: the mesh of the layout (every limitation was checked above).
   if (options_.world_size > 1) {
@@ -105,17 +105,15 @@ void Trainer::build() {
 
   // Model on the meta device → memory policy → (FSDP shards, initialised slice by slice) or weights.
   // Strategy order (DESIGN.md): TP/SP → CP → EP → PP → recompute/swap → FSDP.
-  model_ = model_factory_(config_.model);
+  model_ = model_factory_(resolved_.model_args());
   LOOM_CHECK(model_ != nullptr, ConfigError, "model: no model was built");
   // Injected losses (MoE balance, MTP) get the backward factor of the main loss: sense / A.
   model_->set_backward_scale(loss_sense() / static_cast<double>(state_.num_accumulation_steps));
   if (!mesh_) model_->module().materialize(static_cast<uint64_t>(training.seed));
   const int64_t total_layers = model_->num_layers() + model_->num_mtp_layers();
-  memory::RecomputeOptions rc = recompute_options(config_.recompute, config_.recompute_comm, total_layers);
-  memory::SwapOptions sw = swap_options(config_.swap, total_layers);
   auto layers = model_->layers();
-  memory::MemoryPlan plan = memory::plan_memory(layers, model_->num_layers(), rc, sw);
-  memory_state_ = memory::apply_memory_plan(model_->module(), layers, plan, rc);
+  memory::MemoryPlan plan = memory::plan_memory(layers, total_layers, resolved_.recompute, resolved_.swap);
+  memory_state_ = memory::apply_memory_plan(model_->module(), layers, plan, resolved_.recompute);
   if (mesh_) {
     fsdp_ = dist::apply_fsdp(model_->module(), mesh_, fsdp_options(config_.parallelism, layout));
     fsdp_->materialize(static_cast<uint64_t>(training.seed));
@@ -124,8 +122,7 @@ void Trainer::build() {
   // Data.
   const auto& dims = layout.dims;
   data::ShardInfo shard = data::data_parallel_shard(options_.rank, options_.world_size, dims.tp(), dims.cp(), dims.pp());
-  nlohmann::ordered_json dataset_json = train_dataset_json(config_.train_dataset);
-  loader_ = data::build_data_loader(dataset_json, training.local_batch_size, shard);
+  loader_ = data::build_data_loader(resolved_.loader_options(), training.local_batch_size, shard);
   seq_length_ = loader_->sample_options().sequence_length;
 
   // Schedule and optimizer.
@@ -294,7 +291,7 @@ CheckpointContents Trainer::checkpoint_contents() {
   c.global_batch_size = config_.training.global_batch_size;
   c.consumed_samples = state_.consumed_samples;
   c.model = model_->module().state_dict();
-  c.model_config = model_json(config_.model);
+  c.model_config = config::model_section_json(config_.model);
   if (!config_.checkpoint.no_save_optim) c.optimizer = optimizer_->state_dict();
   if (mesh_) shard_checkpoint_contents(c, fsdp_.get(), mesh_->world(), config_.checkpoint.prefix,
                                        config_.checkpoint.remove_redundancy);
