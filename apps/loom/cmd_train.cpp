@@ -97,6 +97,9 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
+  // A valid file may still lack what a run needs (a model size, the data path): say so before a
+  // run directory is made.
+  loaded.resolved->require_runnable();
 
   // Every rank writes its checkpoint shards under the run directory: rank 0's choice for all.
   std::string run_dir = output.empty() ? default_run_dir(config_path) : output;

@@ -165,6 +165,8 @@ TEST(ResolvedConfig, GapsStopTheRunNotTheFile) {
     from_args = e.what();
   }
   EXPECT_EQ(from_args, resolve_errors(c.config, 1));
+  EXPECT_THROW(c.resolved->require_runnable(), ConfigError);
+  EXPECT_NO_THROW(load(kRunnable, 1).resolved->require_runnable());
   EXPECT_NE(from_args.find("(5 configuration errors in test.yaml)"), std::string::npos) << from_args;
   EXPECT_EQ(resolve_errors(load(kRunnable).config, 1), "");
 }

@@ -22,13 +22,17 @@ std::string gap_source(const std::vector<std::string>& gaps) {
 
 }  // namespace
 
+void ResolvedConfig::require_runnable() const {
+  if (!gaps.empty()) throw_problems(gaps, gap_source(gaps));
+}
+
 const models::ModelArgs& ResolvedConfig::model_args() const {
-  if (!model) throw_problems(gaps, gap_source(gaps));
+  if (!model) require_runnable();
   return *model;
 }
 
 const data::LoaderOptions& ResolvedConfig::loader_options() const {
-  if (!loader) throw_problems(gaps, gap_source(gaps));
+  if (!loader) require_runnable();
   return *loader;
 }
 

@@ -1,26 +1,24 @@
 // The configuration resolved for a run: what the layers below config take, computed once from
 // the typed sections. `loom check-config` and `loom train` both get it from load_config (which
-// calls resolve_config) and the trainer uses it as it is; no layer resolves a section again.
+// runs resolve_config) and the trainer uses it as it is; no layer resolves a section again.
 //
-//   value                 resolved by                           rules checked there (and only there)
-//   layout                parallel_checks.cpp, parallel_layout.cpp  degrees, CP/SP/EP rules, pipeline
-//                                                               stages, world-size fit, batch sizes
-//   model                 model_section.cpp -> models::read_model_args  every model key (ModelArgs is
-//                                                               the section's one reader)
-//   recompute, swap       memory_checks.cpp                     layer specs, prefetch range,
-//                                                               recompute/swap combinations
-//   loader                dataset_section.cpp                   train_dataset's data-loader keys
-//   (no value)            section_checks.cpp, optimizer_checks.cpp  training, checkpoint, monitor,
-//                                                               profiler, optimizer, lr_scheduler, ...
-//
+// What is resolved, and where each rule is checked (once):
+//   layout          parallel_checks.cpp (degrees, CP/SP/EP rules, pipeline stages) and
+//                   parallel_layout.cpp (world-size fit, batch sizes, accumulation)
+//   model           model_section.cpp, through models::read_model_args: ModelArgs is the model
+//                   section's one reader; config adds positions and did-you-mean hints
+//   recompute/swap  memory_checks.cpp (layer specs, prefetch range, recompute/swap combinations)
+//   loader          dataset_section.cpp (train_dataset's data-loader keys)
+//   -               section_checks.cpp, optimizer_checks.cpp (training, checkpoint, monitor,
+//                   profiler, optimizer, lr_scheduler, ...: read by the trainer as sections)
 // Below config, dist::ParallelDims, memory::plan_memory and data::build_data_loader assert on
-// these values. memory::plan_memory still matches the patterns against the built module tree and
-// refuses a module both recomputed and swapped, which only the tree shows.
+// these values. plan_memory still matches the patterns against the built module tree and refuses
+// a module both recomputed and swapped, which only the tree shows.
 //
-// A section can be valid without describing something Loom can run: the model section may name
-// an architecture Loom does not build or leave out a size, the dataset may give no data path.
-// check-config accepts such a file (it says so in notes); a run needs the model and the loader,
-// and model_args() / loader_options() refuse with every such gap, each at its line.
+// A file can be valid without describing something Loom can run: the model section may name an
+// architecture Loom does not build or leave out a size, the dataset may give no data path. These
+// are gaps, not errors: check-config accepts the file and prints them as notes; a run needs the
+// model and the loader, and model_args() / loader_options() refuse with every gap, each at its line.
 #pragma once
 
 #include <optional>
@@ -46,6 +44,8 @@ struct ResolvedConfig {
   // What keeps this configuration from training, one "<file>:<line>:<col>: <problem>" each.
   std::vector<std::string> gaps;
 
+  // ConfigError listing every gap, if there is one: what a run checks before it starts.
+  void require_runnable() const;
   // The model arguments; ConfigError listing every gap when there is no model to build.
   const models::ModelArgs& model_args() const;
   // The data-loader options; ConfigError listing every gap when there is no dataset to read.
