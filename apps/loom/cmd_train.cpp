@@ -89,13 +89,17 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
   loom::config::LoadOptions load;
   load.overrides = overrides;
   load.world_size = rt.world_size();
-  loom::config::TrainConfig config;
+  // Loaded and resolved for this world once; the trainer takes the resolution as it is.
+  loom::config::LoadedConfig loaded;
   try {
-    config = loom::config::load_config(config_path, load);
+    loaded = loom::config::load_config(config_path, load);
   } catch (const loom::ConfigReadError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
+  // A valid file may still lack what a run needs (a model size, the data path): say so before a
+  // run directory is made.
+  loaded.resolved->require_runnable();
 
   // Every rank writes its checkpoint shards under the run directory: rank 0's choice for all.
   std::string run_dir = output.empty() ? default_run_dir(config_path) : output;
@@ -103,7 +107,7 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
   std::filesystem::create_directories(run_dir);
   if (rt.rank() == 0) {
     loom::log::set_file((std::filesystem::path(run_dir) / "train.log").string());
-    loom::config::write_effective_config(config, (std::filesystem::path(run_dir) / "config.yaml").string());
+    loom::config::write_effective_config(loaded.config, (std::filesystem::path(run_dir) / "config.yaml").string());
   }
   loom::log::info("run directory: ", run_dir, rt.world_size() > 1 ? " (" + std::to_string(rt.world_size()) + " processes)" : "");
 
@@ -112,7 +116,7 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
   options.rank = rt.rank();
   options.world_size = rt.world_size();
   options.world = rt.world();
-  loom::train::Trainer trainer(std::move(config), loom::train::build_causal_lm, options);
+  loom::train::Trainer trainer(std::move(loaded), loom::train::build_causal_lm, options);
   loom::train::TrainSummary s = trainer.train();
   char line[512];
   std::snprintf(line, sizeof(line),

@@ -24,7 +24,7 @@ std::vector<VirtualStage> stages(const std::string& parallelism, int layers, int
   std::string model = "model:\n  model_type: llama\n  num_hidden_layers: " + std::to_string(layers) +
                       "\n  num_attention_heads: 8\n  seq_length: 4096\n";
   LoadedConfig c = load(parallelism + model, world);
-  return c.layout->pipeline->stages;
+  return c.resolved->layout.pipeline->stages;
 }
 
 }  // namespace
@@ -207,9 +207,9 @@ TEST(Pipeline, WrongShapesAreTypeErrors) {
 TEST(Pipeline, ScheduleInference) {
   const std::string model = "model:\n  model_type: x\n  num_hidden_layers: 8\n";
   LoadedConfig c = load("parallelism:\n  pipeline_parallel: 2\n  pipeline_parallel_interleave_num: 2\n" + model, 2);
-  EXPECT_EQ(c.layout->pipeline->schedule, "interleaved_1f1b");  // 1f1b upgraded silently by default
+  EXPECT_EQ(c.resolved->layout.pipeline->schedule, "interleaved_1f1b");  // 1f1b upgraded silently by default
   c = load("parallelism:\n  pipeline_parallel: 2\n  pipeline_parallel_schedule: GPipe\n" + model, 2);
-  EXPECT_EQ(c.layout->pipeline->schedule, "gpipe");
+  EXPECT_EQ(c.resolved->layout.pipeline->schedule, "gpipe");
   EXPECT_NE(joined(load("parallelism:\n  pipeline_parallel: 2\n  pipeline_parallel_interleave_num: 2\n"
                         "  pipeline_parallel_schedule: 1f1b\n" + model).warnings)
                 .find("using 'interleaved_1f1b'"),

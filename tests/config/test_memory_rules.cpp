@@ -138,6 +138,15 @@ TEST(SwapRules, OnlyTheFirstLayerSwapEntryIsUsed) {
             std::string::npos);
 }
 
+// The options the memory layer gets: the layers of every layer_swap entry (what the trainer has
+// always swapped, docs/memory.md), although the spec's reference keeps only the first.
+TEST(SwapRules, SeveralLayerSwapEntriesAreMerged) {
+  LoadedConfig c = load("swap:\n  enable: true\n  layer_swap:\n    - layers: ['0-1']\n    - layers: ['4']\n", 1);
+  ASSERT_TRUE(c.resolved.has_value());
+  EXPECT_TRUE(c.resolved->swap.enable);
+  EXPECT_EQ(c.resolved->swap.layers, (std::set<std::int64_t>{0, 1, 4}));
+}
+
 TEST(SwapRules, SettingsOfADisabledSwapWarn) {
   EXPECT_NE(warnings("swap:\n  layer_swap:\n    - layers: ['0']\n").find("is ignored because swap.enable is False"),
             std::string::npos);

@@ -1,12 +1,13 @@
 // ParallelDims (loom/dist/parallel_dims.h): the spec's inference of dp_replicate / dp_shard,
 // the EP grid, rank coordinates, dataset shards and mesh groups (parallel_training.md,
-// reference/semantics.md §1.1 "Parallel dims").
+// reference/semantics.md §1.1 "Parallel dims"), and the world-size rules the configuration
+// checks before it (config::world_size_problems, loom/config/parallel_layout.h).
 #include <gtest/gtest.h>
 
+#include "loom/config/parallel_layout.h"
 #include "loom/core/error.h"
 #include "loom/dist/parallel_dims.h"
 
-using loom::ConfigError;
 using loom::ValueError;
 using loom::dist::MeshAxis;
 using loom::dist::ParallelDegrees;
@@ -21,7 +22,7 @@ ParallelDegrees deg(int shard, int tp = 1, int cp = 1, int pp = 1, int ep = 1) {
 
 std::string problems(int world, const ParallelDegrees& d) {
   std::string out;
-  for (const auto& p : ParallelDims::problems(world, d)) out += p + "\n";
+  for (const auto& p : loom::config::world_size_problems(world, d)) out += p + "\n";
   return out;
 }
 
@@ -100,23 +101,21 @@ TEST(ParallelDims, ExpertParallelMustDivideTheExpertBlock) {
   EXPECT_EQ(problems(8, deg(-1, 1, 1, 1, 8)), "");
 }
 
+// Each degree is a rule of the parallelism section, reported once at its field by the
+// configuration (test_parallel_rules.cpp, test_resolved_config.cpp); the world-size rules take
+// degrees that passed it.
 TEST(ParallelDims, DegreesMustBePositive) {
-  const std::string p = problems(8, deg(0, 0, 1, 1, 0));
-  EXPECT_NE(p.find("parallelism.tensor_parallel must be >= 1, got 0"), std::string::npos);
-  EXPECT_NE(p.find("parallelism.expert_parallel must be >= 1, got 0"), std::string::npos);
-  EXPECT_NE(p.find("parallelism.data_parallel_shard must be -1"), std::string::npos);
   EXPECT_NE(problems(0, deg(-1)).find("world size must be >= 1"), std::string::npos);
+  EXPECT_THROW(problems(8, deg(0, 0, 1, 1, 0)), loom::Error);
 }
 
-TEST(ParallelDims, InferThrowsEveryProblem) {
-  try {
-    ParallelDims::infer(8, deg(-1, 0, 1, 1, 0));
-    FAIL();
-  } catch (const ConfigError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("parallelism.tensor_parallel must be >= 1, got 0\n"), std::string::npos) << what;
-    EXPECT_NE(what.find("parallelism.expert_parallel must be >= 1, got 0"), std::string::npos) << what;
-  }
+// ParallelDims computes the layout of checked degrees; anything else is a bug, refused.
+TEST(ParallelDims, InferRefusesDegreesTheRulesReject) {
+  EXPECT_THROW(ParallelDims::infer(8, deg(-1, 0, 1, 1, 0)), loom::Error);
+  EXPECT_THROW(ParallelDims::infer(0, deg(-1)), loom::Error);
+  EXPECT_THROW(ParallelDims::infer(4, deg(-1, 8)), loom::Error);           // tp larger than the world
+  EXPECT_THROW(ParallelDims::infer(10, deg(-1, 4)), loom::Error);          // product != world
+  EXPECT_THROW(ParallelDims::infer(8, deg(-1, 2, 1, 1, 3)), loom::Error);  // ep does not divide 8
 }
 
 // A shard degree larger than data_parallel leaves dp_replicate at 1 (reference max(dp // shard, 1)).

@@ -44,18 +44,18 @@ TEST(ParallelLimits, BatchMustCoverEveryDataParallelRank) {
 // num_accumulation_steps = global_batch_size // (data_parallel * local_batch_size).
 TEST(ParallelLimits, AccumulationStepsAreInferred) {
   LoadedConfig c = load("training:\n  global_batch_size: 32\n  local_batch_size: 2\nparallelism:\n  tensor_parallel: 2\n", 8);
-  EXPECT_EQ(c.layout->dims.data_parallel(), 4);
-  EXPECT_EQ(c.layout->samples_per_micro_step, 8);
-  EXPECT_EQ(c.layout->num_accumulation_steps, 4);
-  EXPECT_EQ(c.layout->samples_per_step, 32);
+  EXPECT_EQ(c.resolved->layout.dims.data_parallel(), 4);
+  EXPECT_EQ(c.resolved->layout.samples_per_micro_step, 8);
+  EXPECT_EQ(c.resolved->layout.num_accumulation_steps, 4);
+  EXPECT_EQ(c.resolved->layout.samples_per_step, 32);
   EXPECT_TRUE(c.warnings.empty());
 }
 
 // The spec floors silently; Loom floors too and warns, naming the dropped samples.
 TEST(ParallelLimits, AccumulationFloorsWithAWarning) {
   LoadedConfig c = load("training:\n  global_batch_size: 10\n", 4);
-  EXPECT_EQ(c.layout->num_accumulation_steps, 2);
-  EXPECT_EQ(c.layout->samples_per_step, 8);
+  EXPECT_EQ(c.resolved->layout.num_accumulation_steps, 2);
+  EXPECT_EQ(c.resolved->layout.samples_per_step, 8);
   EXPECT_NE(joined(c.warnings).find("10 is not a multiple of data_parallel x local_batch_size = 4: each step accumulates "
                                     "2 micro-batches = 8 samples, and 2 samples of every global batch are dropped"),
             std::string::npos);
@@ -71,7 +71,7 @@ TEST(ParallelLimits, RampupMustSplitIntoWholeMicroSteps) {
                       "data_parallel*local_batch_size(4)."),
             std::string::npos);
   LoadedConfig c = load("training:\n  global_batch_size: 16\n  rampup_batch_size: [4, 4, 100]\n", 4);
-  EXPECT_EQ(c.layout->num_accumulation_steps, 1);  // at the start: 4 // 4
+  EXPECT_EQ(c.resolved->layout.num_accumulation_steps, 1);  // at the start: 4 // 4
 }
 
 // Limitation "TP/SP": SP comes with TP and cannot be disabled. The reference raises for
@@ -127,7 +127,7 @@ TEST(ParallelLimits, FsdpGroupIncludesContextParallel) {
   LoadedConfig c = load("parallelism:\n  context_parallel: 2\ntraining:\n  global_batch_size: 4\nmodel:\n"
                         "  model_type: x\n  use_attn_mask_compression: true\n",
                         8);
-  EXPECT_EQ(c.layout->dims.fsdp(), 8);
+  EXPECT_EQ(c.resolved->layout.dims.fsdp(), 8);
 }
 
 // "(Required) CP mask compression" with the reference's message.
@@ -165,8 +165,8 @@ TEST(ParallelLimits, ExpertParallelDividesTheExpertBlock) {
   const std::string e = errors("parallelism:\n  tensor_parallel: 2\n  expert_parallel: 3\ntraining:\n  global_batch_size: 4\n", 8);
   EXPECT_NE(e.find("parallelism.expert_parallel (3) must divide dp_shard * cp * tp = 8"), std::string::npos) << e;
   LoadedConfig c = load("parallelism:\n  expert_parallel: 8\ntraining:\n  global_batch_size: 8\n", 8);
-  EXPECT_EQ(c.layout->dims.efsdp(), 1);
-  EXPECT_EQ(c.layout->dims.data_parallel(), 8);
+  EXPECT_EQ(c.resolved->layout.dims.efsdp(), 1);
+  EXPECT_EQ(c.resolved->layout.dims.data_parallel(), 8);
 }
 
 // "moe_token_dispatcher_type = alltoall_deredundancy requires expert_parallel >= npu_nums_per_device".
@@ -222,12 +222,12 @@ TEST(ParallelRules, ComputedAndReservedFieldsWarn) {
 
 TEST(ParallelRules, WorldSizeOneIsTheDefaultLayout) {
   LoadedConfig c = load("", 1);
-  ASSERT_TRUE(c.layout.has_value());
-  EXPECT_EQ(c.layout->dims.data_parallel(), 1);
-  EXPECT_EQ(c.layout->num_accumulation_steps, 1);
-  ASSERT_TRUE(c.layout->pipeline.has_value());
-  ASSERT_EQ(c.layout->pipeline->stages.size(), 1u);
-  EXPECT_EQ(c.layout->pipeline->stages[0].layers, (LayerRange{0, 7}));
+  ASSERT_TRUE(c.resolved.has_value());
+  EXPECT_EQ(c.resolved->layout.dims.data_parallel(), 1);
+  EXPECT_EQ(c.resolved->layout.num_accumulation_steps, 1);
+  ASSERT_TRUE(c.resolved->layout.pipeline.has_value());
+  ASSERT_EQ(c.resolved->layout.pipeline->stages.size(), 1u);
+  EXPECT_EQ(c.resolved->layout.pipeline->stages[0].layers, (LayerRange{0, 7}));
 }
 
 TEST(ParallelRules, LayoutWaitsForTypeErrors) {

@@ -236,10 +236,13 @@ TEST(RequiredFields, ModelNeedsTypeOrArchitecture) {
       << w;
 }
 
+// The model section's one reader is models::ModelArgs: its messages, at the key's position.
 TEST(ModelFacts, LayerCountKeysMustAgreeAndBeInts) {
-  EXPECT_NE(errors("model:\n  model_type: x\n  num_hidden_layers: '12'\n").find("model.num_hidden_layers: expected int"),
+  EXPECT_NE(errors("model:\n  model_type: x\n  num_hidden_layers: '12'\n")
+                .find("model.num_hidden_layers must be an integer, got \"12\""),
             std::string::npos);
-  EXPECT_NE(errors("model:\n  model_type: x\n  num_hidden_layers: 12\n  num_layers: 10\n").find("set only one of them"),
+  EXPECT_NE(errors("model:\n  model_type: x\n  num_hidden_layers: 12\n  num_layers: 10\n")
+                .find("name the same setting with different values; keep one of them"),
             std::string::npos);
   EXPECT_EQ(errors("model:\n  model_type: x\n  num_hidden_layers: 12\n  num_layers: 12\n"), "");
 }

@@ -31,8 +31,8 @@ std::string fixture_errors(const std::string& name, int world, std::vector<std::
 }
 
 void expect_dims(const LoadedConfig& c, int dp_replicate, int dp_shard, int cp, int tp, int pp, int ep, int efsdp) {
-  ASSERT_TRUE(c.layout.has_value());
-  const auto& d = c.layout->dims;
+  ASSERT_TRUE(c.resolved.has_value());
+  const auto& d = c.resolved->layout.dims;
   EXPECT_EQ(d.dp_replicate(), dp_replicate);
   EXPECT_EQ(d.dp_shard(), dp_shard);
   EXPECT_EQ(d.cp(), cp);
@@ -87,21 +87,21 @@ TEST(SpecExamples, PlainValidExamples) {
 TEST(SpecExamples, ConfigurationSkeleton) {
   LoadedConfig one = load_fixture("configuration_1", 1);
   EXPECT_TRUE(one.warnings.empty()) << joined(one.warnings);
-  EXPECT_EQ(one.layout->num_accumulation_steps, 8);
+  EXPECT_EQ(one.resolved->layout.num_accumulation_steps, 8);
   EXPECT_EQ(one.config.model.model_type, "deepseek_v3");
   EXPECT_EQ(one.config.train_dataset.dataloader.extras["config"]["seq_length"], 4096);
   EXPECT_DOUBLE_EQ(one.config.lr_scheduler.learning_rate, 1e-5);
   LoadedConfig eight = load_fixture("configuration_1", 8);
   expect_dims(eight, 1, 8, 1, 1, 1, 1, 8);
-  EXPECT_EQ(eight.layout->num_accumulation_steps, 1);
+  EXPECT_EQ(eight.resolved->layout.num_accumulation_steps, 1);
 }
 
 TEST(SpecExamples, ConfigurationTrainingAndParallelism) {
-  EXPECT_EQ(load_fixture("configuration_3", 1).layout->num_accumulation_steps, 8);  // 16 // (1 * 2)
+  EXPECT_EQ(load_fixture("configuration_3", 1).resolved->layout.num_accumulation_steps, 8);  // 16 // (1 * 2)
   LoadedConfig c = load_fixture("configuration_4", 16);
   expect_dims(c, 1, 4, 1, 2, 2, 8, 1);
-  ASSERT_EQ(c.layout->pipeline->stages.size(), 2u);
-  EXPECT_EQ(c.layout->pipeline->stages[1].layers, (LayerRange{6, 11}));
+  ASSERT_EQ(c.resolved->layout.pipeline->stages.size(), 2u);
+  EXPECT_EQ(c.resolved->layout.pipeline->stages[1].layers, (LayerRange{6, 11}));
   // "EP >= npu_nums_per_device" for alltoall_deredundancy.
   EXPECT_NE(fixture_errors("configuration_4", 16, {"parallelism.expert_parallel=4"})
                 .find("requires expert_parallel >= npu_nums_per_device"),
@@ -125,11 +125,11 @@ TEST(SpecExamples, DataAndTensorParallelScenarios) {
 
 // §3.3 and §3.5: CP needs a compressed mask; colossal, ulysses and hybrid scenarios on 8 devices.
 TEST(SpecExamples, ContextParallelScenarios) {
-  EXPECT_EQ(load_fixture("parallel_training_5", 2).layout->dims.cp(), 2);
-  EXPECT_EQ(load_fixture("parallel_training_6", 2).layout->dims.cp(), 2);
+  EXPECT_EQ(load_fixture("parallel_training_5", 2).resolved->layout.dims.cp(), 2);
+  EXPECT_EQ(load_fixture("parallel_training_6", 2).resolved->layout.dims.cp(), 2);
   LoadedConfig a = load_fixture("parallel_training_7", 8);
   expect_dims(a, 1, 4, 2, 1, 1, 1, 8);
-  EXPECT_EQ(a.layout->dims.fsdp(), 8);
+  EXPECT_EQ(a.resolved->layout.dims.fsdp(), 8);
   EXPECT_NE(fixture_errors("parallel_training_7", 8, {"model.use_attn_mask_compression=false"})
                 .find("Context parallel (context_parallel > 1) requires a compressed attention mask."),
             std::string::npos);
@@ -147,16 +147,16 @@ TEST(SpecExamples, ContextParallelScenarios) {
 TEST(SpecExamples, PipelineScenarios) {
   LoadedConfig one = load_fixture("parallel_training_10", 8);
   expect_dims(one, 1, 1, 1, 4, 2, 1, 4);
-  ASSERT_EQ(one.layout->pipeline->stages.size(), 4u);
-  for (int v = 0; v < 4; ++v) EXPECT_EQ(one.layout->pipeline->stages[v].layers, (LayerRange{2 * v, 2 * v + 1}));
-  EXPECT_EQ(one.layout->pipeline->schedule, "interleaved_1f1b");
+  ASSERT_EQ(one.resolved->layout.pipeline->stages.size(), 4u);
+  for (int v = 0; v < 4; ++v) EXPECT_EQ(one.resolved->layout.pipeline->stages[v].layers, (LayerRange{2 * v, 2 * v + 1}));
+  EXPECT_EQ(one.resolved->layout.pipeline->schedule, "interleaved_1f1b");
   EXPECT_NE(fixture_errors("parallel_training_10", 8, {"model.num_hidden_layers=10"})
                 .find("Number of layers (10) is not divisible by total stages (4)."),
             std::string::npos);
   EXPECT_NE(fixture_errors("parallel_training_10", 4).find("must be less than or equal to world_size(4)"),
             std::string::npos);
   LoadedConfig two = load_fixture("parallel_training_11", 8);
-  const auto& s = two.layout->pipeline->stages;
+  const auto& s = two.resolved->layout.pipeline->stages;
   ASSERT_EQ(s.size(), 4u);
   EXPECT_EQ(s[0].layers, (LayerRange{0, 1}));
   EXPECT_EQ(s[1].layers, (LayerRange{2, 3}));
@@ -206,8 +206,8 @@ TEST(SpecExamples, HyperparameterExamples) {
   EXPECT_NE(fixture_errors("training_hyperparameters_7", 1, {"lr_scheduler.total_steps=900"})
                 .find("lr_scheduler.total_steps: must not be set"),
             std::string::npos);
-  EXPECT_EQ(load_fixture("training_hyperparameters_12", 1).layout->num_accumulation_steps, 2);
-  EXPECT_EQ(load_fixture("training_hyperparameters_13", 2).layout->num_accumulation_steps, 1);
+  EXPECT_EQ(load_fixture("training_hyperparameters_12", 1).resolved->layout.num_accumulation_steps, 2);
+  EXPECT_EQ(load_fixture("training_hyperparameters_13", 2).resolved->layout.num_accumulation_steps, 1);
   EXPECT_NE(fixture_errors("training_hyperparameters_13", 4).find("exceeds global_batch_size"), std::string::npos);
 }
 
@@ -224,7 +224,7 @@ TEST(SpecExamples, DamagedPolynomialBlockIsUnreadable) {
 // other_training_features.md §1 (4 accumulation steps on one device) and §2 (max_norm 0.5).
 TEST(SpecExamples, OtherTrainingFeatures) {
   LoadedConfig acc = load_fixture("other_training_features_1", 1);
-  EXPECT_EQ(acc.layout->num_accumulation_steps, 4);
+  EXPECT_EQ(acc.resolved->layout.num_accumulation_steps, 4);
   LoadedConfig clip = load_fixture("other_training_features_2", 1);
   EXPECT_DOUBLE_EQ(clip.config.training.max_norm, 0.5);
   EXPECT_NE(fixture_errors("other_training_features_2", 1, {"training.max_norm=0"}).find("training.max_norm: must be positive"),

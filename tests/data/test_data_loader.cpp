@@ -80,110 +80,23 @@ std::string error_of(const std::function<void()>& f) {
   return "<no error>";
 }
 
-Json minimal_section(const std::string& prefix) {
-  return Json::parse(R"({
-    "dataloader": {
-      "type": "BlendedMegatronDatasetDataLoader",
-      "datasets_type": "GPTDataset",
-      "sizes": [40, 0, 0],
-      "column_names": ["input_ids", "labels", "loss_mask", "position_ids"],
-      "shuffle": false,
-      "config": {"seq_length": 8, "split": "1, 0, 0", "eod": 0, "pad": -1,
-                 "create_attention_mask": false, "data_path": ["1", ")" + prefix + R"("]}
-    },
-    "drop_remainder": true,
-    "num_parallel_workers": 2
-  })");
+// The options the configuration resolves for a small train_dataset section (the section's
+// reading is tested in tests/config/test_dataset_section.cpp).
+LoaderOptions minimal_options(const std::string& prefix) {
+  LoaderOptions o;
+  o.sizes = {40, 0, 0};
+  o.column_names = {"input_ids", "labels", "loss_mask", "position_ids"};
+  o.num_parallel_workers = 2;
+  o.config.seq_length = 8;
+  o.config.split = "1, 0, 0";
+  o.config.eod = 0;
+  o.config.pad = -1;
+  o.config.create_attention_mask = false;
+  o.config.data_path = {"1", prefix};
+  return o;
 }
 
 }  // namespace
-
-// spec train_dataset fields and the MindFormers config keys, with their defaults.
-TEST(LoaderOptions, ParsesTheTrainDatasetSection) {
-  const LoaderOptions o = LoaderOptions::from_json(minimal_section("/data/x"));
-  EXPECT_EQ(o.type, "BlendedMegatronDatasetDataLoader");
-  EXPECT_EQ(*o.sizes[0], 40);
-  EXPECT_EQ(*o.sizes[1], 0);
-  EXPECT_EQ(o.column_names.size(), 4u);
-  EXPECT_FALSE(o.shuffle);
-  EXPECT_TRUE(o.drop_remainder);
-  EXPECT_EQ(o.num_parallel_workers, 2);
-  EXPECT_EQ(o.prefetch_size, 1);
-  EXPECT_EQ(o.config.seed, 1234);
-  EXPECT_EQ(o.config.seq_length, 8);
-  EXPECT_EQ(o.config.data_path, (std::vector<std::string>{"1", "/data/x"}));
-  EXPECT_EQ(*o.config.split, "1, 0, 0");
-  EXPECT_EQ(o.config.eod, 0);
-  EXPECT_EQ(o.config.pad, -1);
-  EXPECT_FALSE(o.config.create_attention_mask);
-  EXPECT_FALSE(o.config.create_compressed_eod_mask);
-  EXPECT_EQ(o.config.eod_pad_length, 128);
-  EXPECT_TRUE(o.config.add_extra_token_to_sequence);
-  EXPECT_FALSE(o.config.reset_position_ids);
-
-  Json j = minimal_section("/data/x");
-  j["dataloader"]["config"]["compressed_eod_mask_length"] = 64;
-  j["dataloader"]["config"]["data_path"] = Json::parse(R"([0.3, "/a", 0.7, "/b"])");
-  const LoaderOptions alias = LoaderOptions::from_json(j);
-  EXPECT_EQ(alias.config.eod_pad_length, 64);
-  EXPECT_EQ(alias.config.data_path, (std::vector<std::string>{"0.3", "/a", "0.7", "/b"}));
-}
-
-// The config layer's typed section (fixed fields + dataloader extras) gives the same options.
-TEST(LoaderOptions, FromTypedSections) {
-  const Json full = minimal_section("/data/x");
-  Json extras = full["dataloader"];
-  extras.erase("type");
-  extras.erase("shuffle");
-  extras.erase("column_names");
-  const LoaderOptions o = LoaderOptions::from_sections("BlendedMegatronDatasetDataLoader", true,
-                                                       {"input_ids", "labels"}, extras, false, 3, 2);
-  EXPECT_TRUE(o.shuffle);
-  EXPECT_FALSE(o.drop_remainder);
-  EXPECT_EQ(o.num_parallel_workers, 3);
-  EXPECT_EQ(o.prefetch_size, 2);
-  EXPECT_EQ(*o.sizes[0], 40);
-  EXPECT_EQ(o.config.seq_length, 8);
-  EXPECT_EQ(o.column_names, (std::vector<std::string>{"input_ids", "labels"}));
-}
-
-TEST(LoaderOptions, ErrorsNameTheField) {
-  auto with = [](const std::function<void(Json&)>& edit) {
-    Json j = minimal_section("/data/x");
-    edit(j);
-    return error_of([&] { LoaderOptions::from_json(j); });
-  };
-  EXPECT_NE(with([](Json& j) { j["dataloader"]["config"]["seq_length"] = "4096"; })
-                .find("train_dataset.dataloader.config.seq_length: expected an integer, got \"4096\" (string)"),
-            std::string::npos);
-  EXPECT_NE(with([](Json& j) { j["dataloader"]["config"]["reset_position_ids"] = 1; })
-                .find("train_dataset.dataloader.config.reset_position_ids: expected True or False, got 1 (int)"),
-            std::string::npos);
-  EXPECT_NE(with([](Json& j) { j["dataloader"]["config"].erase("data_path"); })
-                .find("train_dataset.dataloader.config.data_path is required"),
-            std::string::npos);
-  EXPECT_NE(with([](Json& j) { j["dataloader"]["config"].erase("seq_length"); })
-                .find("train_dataset.dataloader.config.seq_length is required"),
-            std::string::npos);
-  EXPECT_NE(with([](Json& j) { j["dataloader"]["config"]["split"] = "1,2,3,4"; })
-                .find("train_dataset.dataloader.config.split: \"1,2,3,4\" gives 4 ratios"),
-            std::string::npos);
-  EXPECT_NE(with([](Json& j) { j["dataloader"]["type"] = "HFDataLoader"; })
-                .find("train_dataset.dataloader.type: 'HFDataLoader' is not supported"),
-            std::string::npos);
-  EXPECT_NE(with([](Json& j) { j["dataloader"]["column_names"] = Json::parse(R"(["input_ids", "tokens"])"); })
-                .find("train_dataset.dataloader.column_names[1]: unknown column 'tokens'"),
-            std::string::npos);
-  EXPECT_NE(with([](Json& j) { j["num_parallel_workers"] = -1; })
-                .find("train_dataset.num_parallel_workers: must be in [0, 256], got -1"),
-            std::string::npos);
-  EXPECT_NE(with([](Json& j) { j["dataloader"]["sizes"] = Json::parse("[1.5]"); })
-                .find("train_dataset.dataloader.sizes[0]: expected an integer"),
-            std::string::npos);
-  EXPECT_NE(with([](Json& j) { j["dataloader"]["config"]["eod_pad_length"] = 0; })
-                .find("train_dataset.dataloader.config.eod_pad_length: must be at least 1"),
-            std::string::npos);
-}
 
 // spec rank formula: shard_id = rank % (world // pp) // tp // cp, num_shards = dp.
 TEST(DataLoader, ShardFormula) {
@@ -383,16 +296,16 @@ TEST(DataLoader, CompressedEodMaskColumns) {
   EXPECT_EQ(std::vector<int32_t>(cum, cum + 8), (std::vector<int32_t>{3, 6, 8, 8, 11, 14, 16, 16}));
 }
 
-// From the train_dataset JSON to batches over a dataset on disk.
-TEST(DataLoader, BuildFromTrainDatasetSection) {
+// From the resolved train_dataset options to batches over a dataset on disk.
+TEST(DataLoader, BuildFromLoaderOptions) {
   loom::testing::TempDir dir;
   const std::string prefix = dir.file("corpus_text_document");
   write_dataset(prefix, TokenDType::u16, numbered_documents(std::vector<int64_t>(30, 7), 0));
-  Json j = minimal_section(prefix);
-  j["dataloader"]["config"]["create_attention_mask"] = true;
-  j["dataloader"]["config"]["reset_attention_mask"] = true;
-  j["dataloader"]["config"]["path_to_cache"] = dir.file("cache");
-  auto loader = build_data_loader(j, 2);
+  LoaderOptions o = minimal_options(prefix);
+  o.config.create_attention_mask = true;
+  o.config.reset_attention_mask = true;
+  o.config.path_to_cache = dir.file("cache");
+  auto loader = build_data_loader(o, 2);
   EXPECT_GE(loader->dataset_size(), 40);
   const Batch b = loader->next();
   EXPECT_EQ(b.input_ids.shape(), (loom::Shape{2, 8}));
@@ -401,4 +314,18 @@ TEST(DataLoader, BuildFromTrainDatasetSection) {
   const int32_t* in = b.input_ids.data<int32_t>();
   const int32_t* lab = b.labels.data<int32_t>();
   for (int i = 0; i < 7; ++i) EXPECT_EQ(lab[i], in[i + 1]);  // labels are the next tokens
+}
+
+// The options come checked from the configuration; options it would never resolve are refused
+// as a bug, not re-validated with messages of their own.
+TEST(DataLoader, RefusesOptionsTheConfigurationWouldReject) {
+  LoaderOptions no_length = minimal_options("/data/x");
+  no_length.config.seq_length = 0;
+  EXPECT_THROW(build_data_loader(no_length, 2), loom::Error);
+  LoaderOptions no_split = minimal_options("/data/x");
+  no_split.config.split.reset();
+  EXPECT_THROW(build_data_loader(no_split, 2), loom::Error);
+  LoaderOptions other = minimal_options("/data/x");
+  other.type = "HFDataLoader";
+  EXPECT_THROW(build_data_loader(other, 2), loom::Error);
 }

@@ -229,6 +229,43 @@ TEST(MemoryPolicy, OpSwapOfAttentionIsIdentical) {
   EXPECT_GT(r.swap.tensors_swapped, 0);
 }
 
+// The options come from the configuration, which checks every rule it can without the model
+// (tests/config/test_memory_rules.cpp: full_recompute_layer, select_module, prefetch range, ...);
+// options breaking one are a bug, refused without a message of their own.
+TEST(MemoryPolicy, OptionsTheConfigurationRejectsAreRefused) {
+  Model m(kLayers, kDim);
+  auto refs = m.layer_refs();
+  auto expect_refused = [&](const RecomputeOptions& rc, const SwapOptions& sw) {
+    try {
+      plan_memory(refs, kLayers, rc, sw);
+      ADD_FAILURE() << "expected an internal error";
+    } catch (const ConfigError& e) {
+      ADD_FAILURE() << "re-validated as a configuration problem: " << e.what();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("internal error"), std::string::npos) << e.what();
+    }
+  };
+  RecomputeOptions full;
+  full.mode = RecomputeOptions::Mode::full;
+  expect_refused(full, {});
+  RecomputeOptions sel;
+  sel.mode = RecomputeOptions::Mode::select;
+  expect_refused(sel, {});
+  RecomputeOptions comm;
+  comm.comm_enable = true;
+  expect_refused(comm, {});
+  SwapOptions sw;
+  sw.enable = true;
+  sw.prefetch = 4;
+  expect_refused({}, sw);
+  sw.prefetch = 2;
+  sw.layers = {2};
+  expect_refused({}, sw);
+  sw.layers = {1};
+  EXPECT_NO_THROW(plan_memory(refs, kLayers, {}, sw));
+}
+
+// What only the module tree shows: a module both recomputed and swapped.
 TEST(MemoryPolicy, ValidationMessages) {
   Model m(kLayers, kDim);
   auto refs = m.layer_refs();
@@ -242,20 +279,8 @@ TEST(MemoryPolicy, ValidationMessages) {
   };
   RecomputeOptions full;
   full.mode = RecomputeOptions::Mode::full;
-  expect_error(full, {}, "recompute.full_recompute_layer is required when recompute.mode is 'full'");
   RecomputeOptions sel;
   sel.mode = RecomputeOptions::Mode::select;
-  expect_error(sel, {}, "recompute.select_module is required when recompute.mode is 'select'");
-  RecomputeOptions comm;
-  comm.comm_enable = true;
-  expect_error(comm, {}, "recompute_comm.select_module is required when recompute_comm.enable is True");
-  SwapOptions sw;
-  sw.enable = true;
-  sw.prefetch = 4;
-  expect_error({}, sw, "swap.default_prefetch is 4 but must be in [1, num_layers-1] = [1, 3]");
-  sw.prefetch = 2;
-  sw.layers = {2};
-  expect_error({}, sw, "swap.layer_swap: layer 2 plus swap.default_prefetch 2 must be less than num_layers (4)");
   // overlaps: full + layer swap; select mlp + op swap of its child
   full.full_layers = {1};
   SwapOptions layer1;

@@ -230,3 +230,73 @@ TEST(ModelArgs, RopeScalingNestedAndFlatForms) {
   l["rope_scaling"] = Json{{"rope_type", "dynamic"}, {"factor", 2.0}};
   EXPECT_NE(config_error(l).find("rope_scaling type \"dynamic\" is not supported"), std::string::npos);
 }
+
+// The collecting reading (what the configuration layer uses): every problem of the section, each
+// with the key it is about, and nothing thrown.
+TEST(ModelArgs, ReadingCollectsEveryProblemWithItsKey) {
+  Json j = llama();
+  j["hidden_size"] = "64";
+  j["hidden_act"] = "relu";
+  j["num_layers"] = 3;  // num_hidden_layers says 2
+  ModelReading r = read_model_args(j);
+  ASSERT_EQ(r.errors.size(), 3u);
+  EXPECT_EQ(r.errors[0], (ModelIssue{"model.hidden_size", "model.hidden_size must be an integer, got \"64\""}));
+  EXPECT_EQ(r.errors[1].path, "model.num_layers");
+  EXPECT_NE(r.errors[1].message.find("model.num_hidden_layers = 2 and model.num_layers = 3 name the same setting"),
+            std::string::npos);
+  EXPECT_EQ(r.errors[2].path, "model.hidden_act");
+  EXPECT_TRUE(r.architecture_known);
+  EXPECT_FALSE(r.buildable());
+  // from_json reports the same problems, all of them in one ConfigError.
+  const std::string e = config_error(j);
+  EXPECT_NE(e.find(r.errors[0].message + "\n"), std::string::npos) << e;
+  EXPECT_NE(e.find(r.errors[2].message), std::string::npos) << e;
+}
+
+// A section that does not (yet) describe a model Loom builds has gaps, not errors, and still
+// gives the facts it states.
+TEST(ModelArgs, GapsAreWhatABuildableModelStillNeeds) {
+  ModelReading partial = read_model_args(Json{{"model_type", "deepseek_v3"}, {"num_hidden_layers", 12},
+                                              {"num_attention_heads", 8}, {"num_nextn_predict_layers", 1}});
+  EXPECT_TRUE(partial.errors.empty());
+  ASSERT_EQ(partial.gaps.size(), 3u);
+  EXPECT_EQ(partial.gaps[0].path, "model.vocab_size");
+  EXPECT_EQ(partial.gaps[1].path, "model.hidden_size");
+  EXPECT_EQ(partial.gaps[2].path, "model.intermediate_size");  // first_k_dense_replace = 3 dense layers
+  EXPECT_EQ(partial.args.num_layers, 12);
+  EXPECT_EQ(partial.args.mtp_num_layers, 1);
+  EXPECT_EQ(partial.args.num_experts, 256);  // the DeepSeek-V3 default
+  EXPECT_TRUE(partial.args.multi_latent_attention);
+
+  ModelReading other = read_model_args(Json{{"model_type", "gpt2"}, {"num_layers", 4}, {"kv_lora_rank", 8},
+                                            {"n_routed_experts", 6}, {"use_attn_mask_compression", true}});
+  EXPECT_FALSE(other.architecture_known);
+  EXPECT_TRUE(other.errors.empty());
+  ASSERT_EQ(other.gaps.size(), 1u);
+  EXPECT_EQ(other.gaps[0].path, "model.model_type");
+  EXPECT_NE(other.gaps[0].message.find("model.model_type = \"gpt2\" is not supported"), std::string::npos);
+  EXPECT_EQ(other.args.num_layers, 4);
+  EXPECT_EQ(other.args.num_experts, 6);
+  EXPECT_TRUE(other.args.multi_latent_attention);
+  EXPECT_TRUE(other.args.use_attn_mask_compression);
+
+  Json dense = llama();
+  dense.erase("intermediate_size");
+  ModelReading no_ffn = read_model_args(dense);
+  EXPECT_TRUE(no_ffn.errors.empty());
+  ASSERT_EQ(no_ffn.gaps.size(), 1u);
+  EXPECT_EQ(no_ffn.gaps[0].path, "model.intermediate_size");
+}
+
+TEST(ModelArgs, ReadingListsKnownKeysAndWarnings) {
+  Json j = llama();
+  j["hiden_size"] = 64;
+  j["softmax_compute_dtype"] = "bfloat16";
+  ModelReading r = read_model_args(j);
+  EXPECT_TRUE(r.buildable());
+  EXPECT_EQ(r.args.unknown_keys, std::vector<std::string>{"hiden_size"});
+  for (const char* k : {"hidden_size", "num_layers", "rope_scaling.factor", "use_attn_mask_compression"})
+    EXPECT_NE(std::find(r.known_keys.begin(), r.known_keys.end(), k), r.known_keys.end()) << k;
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_EQ(r.warnings[0].path, "model.softmax_compute_dtype");
+}

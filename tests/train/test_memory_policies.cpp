@@ -6,7 +6,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "loom/train/memory_setup.h"
 #include "trainer_fixture.h"
 
 using namespace loom;
@@ -40,13 +39,4 @@ TEST(TrainerMemoryPolicies, EveryPolicyTrainsExactlyLikeNone) {
       {"op_swap", "swap:\n  enable: True\n  op_swap:\n    - op_name: '.*attention'\n      layers: ['0']\n"},
   };
   for (const auto& [name, yaml] : policies) EXPECT_EQ(run_losses(data, dir.file(name), yaml), base) << name;
-}
-
-TEST(TrainerMemoryPolicies, SeveralLayerSwapEntriesAreMerged) {
-  // The reference uses only layer_swap[0]; Loom swaps the layers of every entry.
-  config::SwapConfig sw;
-  sw.enable = true;
-  sw.layer_swap = std::vector<config::LayerSwapItem>{{config::LayerSpecs{{"0-1"}}}, {config::LayerSpecs{{"4"}}}};
-  auto o = train::swap_options(sw, 8);
-  EXPECT_EQ(o.layers, (std::set<int64_t>{0, 1, 4}));
 }

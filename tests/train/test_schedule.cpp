@@ -40,7 +40,7 @@ data::Batch batch(int64_t index) {
 std::unique_ptr<CausalLMModel> tiny_model() {
   models::BuiltModel built = models::build_model(tiny_llama());
   built.model->materialize(3);
-  return std::make_unique<CausalLMModel>(std::move(built.args), std::move(built.model), tiny_llama());
+  return std::make_unique<CausalLMModel>(std::move(built.args), std::move(built.model));
 }
 
 TEST(PlainSchedule, AccumulatesTheStepsMicroBatchesFromZeroedGrads) {

@@ -175,3 +175,37 @@ TEST(Trainer, MuonTrainsATinyDeepSeekV3WithTheModelsSplit) {
   EXPECT_TRUE(std::isfinite(s.last_loss));
   EXPECT_LT(s.last_loss, s.first_loss);
 }
+
+// The trainer runs what the configuration resolved, as it is: the layout, the model, the memory
+// and loader options are the ones resolve_config gives, and it resolves nothing itself.
+TEST(Trainer, RunsWhatTheConfigurationResolved) {
+  lt::TempDir dir;
+  auto data = lt::write_pattern_dataset(dir);
+  const std::string extra = "checkpoint:\n  enable_save: False\nrecompute:\n  mode: full\n  full_recompute_layer: ['1']\n";
+  config::LoadedConfig loaded = lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 8, extra));
+  const config::ResolvedConfig again = config::resolve_config(loaded.config, 1);
+  Trainer t(std::move(loaded), build_causal_lm, lt::quiet_options(dir.file("run")));
+  EXPECT_EQ(again.layout.num_accumulation_steps, 4);  // 8 // (1 x 2)
+  EXPECT_EQ(t.state().num_accumulation_steps, again.layout.num_accumulation_steps);
+  EXPECT_EQ(t.resolved().layout.samples_per_step, again.layout.samples_per_step);
+  EXPECT_EQ(t.model().num_layers(), again.model_args().num_layers);
+  EXPECT_EQ(t.model().module().num_parameters(), build_causal_lm(again.model_args())->module().num_parameters());
+  EXPECT_EQ(t.resolved().recompute.full_layers, (std::set<int64_t>{1}));
+  EXPECT_EQ(t.resolved().recompute.full_layers, again.recompute.full_layers);
+  EXPECT_EQ(t.seq_length(), again.loader_options().config.seq_length);
+  EXPECT_EQ(t.data_loader().settings().num_workers, again.loader_options().num_parallel_workers);
+  EXPECT_EQ(t.data_loader().settings().local_batch_size, 2);
+  EXPECT_EQ(t.train().last_step, 2);
+}
+
+// The trainer takes a resolution for its own world size only.
+TEST(Trainer, NeedsAResolutionForItsWorldSize) {
+  lt::TempDir dir;
+  auto data = lt::write_pattern_dataset(dir);
+  config::LoadedConfig unresolved =
+      config::load_config_text(lt::tiny_config_yaml(data, 2, 2, 2), "<test config>", config::LoadOptions{});
+  EXPECT_THROW(Trainer(std::move(unresolved), build_causal_lm, lt::quiet_options(dir.file("a"))), ValueError);
+  TrainerOptions two = lt::quiet_options(dir.file("b"));
+  two.world_size = 2;
+  EXPECT_THROW(Trainer(lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 2)), build_causal_lm, two), ValueError);
+}

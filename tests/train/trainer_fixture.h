@@ -43,11 +43,12 @@ inline std::string tiny_config_yaml(const std::string& data_prefix, int64_t step
          "  max_position_embeddings: 64\n  params_dtype: float32\n  compute_dtype: float32\n" + extra;
 }
 
-inline config::TrainConfig tiny_config(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+// Loaded and resolved for one process, as the trainer takes it.
+inline config::LoadedConfig tiny_config(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
   config::LoadOptions o;
   o.overrides = overrides;
   o.world_size = 1;
-  return config::load_config_text(yaml, "<test config>", o).config;
+  return config::load_config_text(yaml, "<test config>", o);
 }
 
 inline train::TrainerOptions quiet_options(const std::string& run_dir) {

@@ -140,9 +140,11 @@ int run_check_config(const std::vector<std::string>& args, std::ostream& out, st
   }
   for (const auto& w : loaded.warnings) err << "warning: " << w << "\n";
   for (const auto& n : loaded.notes) err << "note: " << n << "\n";
+  // Valid, but `loom train` needs a model and a dataset it can build: say what is missing.
+  for (const auto& gap : loaded.resolved->gaps) err << "note: loom train cannot run this file: " << gap << "\n";
   if (!quiet) {
     out << effective_config_yaml(loaded.config);
-    if (loaded.layout) out << "---\n# Parallel layout on " << world_size << " rank(s)\n" << layout_yaml(*loaded.layout, loaded.config);
+    out << "---\n# Parallel layout on " << world_size << " rank(s)\n" << layout_yaml(loaded.resolved->layout, loaded.config);
   }
   err << file << ": valid for world size " << world_size << "\n";
   return kCheckConfigValid;

@@ -1,6 +1,8 @@
 // `loom check-config FILE [--world-size N] [--set key=value ...] [--quiet]`: validates a
-// configuration for N ranks (default 1), prints the effective configuration and the parallel
-// layout as YAML on stdout, warnings and errors on stderr.
+// configuration for N ranks (default 1) with the resolution `loom train` uses (load_config),
+// prints the effective configuration and the parallel layout as YAML on stdout, warnings,
+// errors and notes on stderr (among the notes, what would keep `loom train` from running a
+// valid file: a model or dataset Loom cannot build).
 // Exit codes: 0 valid, 1 invalid, 2 unreadable file or bad command line.
 #pragma once
 

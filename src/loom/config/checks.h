@@ -1,6 +1,7 @@
-// Internal to the config layer: the rules that run after typing, per area. Each adds every
-// problem it finds to Diagnostics (errors stop the run, warnings are printed, notes say what
-// could not be checked).
+// Internal to the config layer: the rules that run after typing, per area, and the readers of the
+// sections lower layers consume. Each adds every problem it finds to Diagnostics (errors stop the
+// run, warnings are printed, notes say what could not be checked) and returns what it resolved,
+// so that nothing is read or computed twice (resolved_config.cpp puts the pieces together).
 #pragma once
 
 #include <optional>
@@ -8,21 +9,62 @@
 #include <vector>
 
 #include "loom/config/diagnostics.h"
-#include "loom/config/model_facts.h"
+#include "loom/config/layer_spec.h"
+#include "loom/config/parallel_layout.h"
 #include "loom/config/sections.h"
+#include "loom/data/loader_options.h"
+#include "loom/memory/policy.h"
+#include "loom/models/model_args.h"
 
 namespace loom::config::detail {
 
-// training, checkpoint, train_dataset, model, monitor, profiler, callbacks, lora_config and the
-// top-level keys (section_checks.cpp).
-void check_sections(const TrainConfig& config, const ModelFacts& facts, Diagnostics& diag);
-// parallelism rules that do not depend on the world size (parallel_checks.cpp).
-void check_parallelism(const TrainConfig& config, const ModelFacts& facts, Diagnostics& diag);
+// A size a partial models::ModelArgs was not given reads 0: unknown to the rules.
+inline std::optional<std::int64_t> known_size(std::int64_t value) {
+  return value > 0 ? std::optional<std::int64_t>(value) : std::nullopt;
+}
+
+// The model section, read once through models::read_model_args (model_section.cpp): its errors
+// and warnings at their keys, unknown keys as a warning (a likely misspelling, with the key it
+// resembles) or a note. The reading's gaps are left to the caller.
+models::ModelReading read_model_section(const TrainConfig& config, Diagnostics& diag);
+
+// train_dataset as the data loader takes it (dataset_section.cpp). `options` holds what the
+// section gives even when it is not complete; `gaps` (formatted with their positions) say what a
+// loader still needs (a dataset path, the sequence length, a supported loader type).
+struct LoaderReading {
+  data::LoaderOptions options;
+  std::vector<std::string> gaps;
+};
+LoaderReading read_loader_options(const TrainConfig& config, Diagnostics& diag);
+
+// training, checkpoint, train_dataset's typed fields, monitor, profiler, callbacks, lora_config
+// and the top-level keys (section_checks.cpp).
+void check_sections(const TrainConfig& config, Diagnostics& diag);
+
+// parallelism rules that do not depend on the world size, and the pipeline layer placement
+// (parallel_checks.cpp). The sequence length is the model's, else the dataset's; `data` also
+// says whether the batches carry compressed masks.
+struct ParallelChecks {
+  bool degrees_valid = false;  // every degree >= 1: the layout can be inferred for a world size
+  std::optional<PipelinePlan> pipeline;
+};
+ParallelChecks check_parallelism(const TrainConfig& config, const models::ModelArgs& model,
+                                 const data::MegatronDataConfig& data, Diagnostics& diag);
+// The layout on `world_size` ranks from degrees check_parallelism accepted (parallel_layout.cpp).
+std::optional<ParallelLayout> resolve_layout(const TrainConfig& config, int world_size,
+                                             std::optional<PipelinePlan> pipeline, Diagnostics& diag);
+
 // optimizer and lr_scheduler; resolves scheduler aliases to class names (optimizer_checks.cpp).
-void check_optimizer(const TrainConfig& config, const ModelFacts& facts, Diagnostics& diag);
+void check_optimizer(const TrainConfig& config, const models::ModelArgs& model, Diagnostics& diag);
 void check_lr_scheduler(TrainConfig& config, Diagnostics& diag);
-// recompute, recompute_comm, swap and their combinations (memory_checks.cpp).
-void check_memory(const TrainConfig& config, const ModelFacts& facts, Diagnostics& diag);
+
+// recompute, recompute_comm, swap and their combinations, and the options the memory layer takes
+// (memory_checks.cpp). Layer ids count the MTP layers after the decoder layers.
+struct MemoryOptions {
+  memory::RecomputeOptions recompute;
+  memory::SwapOptions swap;
+};
+MemoryOptions check_memory(const TrainConfig& config, const models::ModelArgs& model, Diagnostics& diag);
 
 // ---- typed access to pass-through (JSON) keys; a wrong type is reported, then nullopt ------
 std::optional<double> extra_float(const Json& obj, const char* key, const std::string& prefix, Diagnostics& diag);

@@ -1,7 +1,6 @@
 #include "loom/config/checks.h"
 #include "loom/config/config.h"
 #include "loom/config/field_reader.h"
-#include "loom/config/model_facts.h"
 #include "loom/config/overrides.h"
 #include "loom/core/log.h"
 
@@ -30,24 +29,21 @@ LoadedConfig load_config_text(const std::string& yaml, const std::string& source
   LoadedConfig loaded;
   TrainConfig& config = loaded.config;
   config.source = source;
+  config.marks = diag.marks();
   detail::ReadContext ctx{diag, config.explicit_fields};
   detail::read_value(ctx, root, "", config);
   const bool typed_cleanly = !diag.has_errors();
 
-  const ModelFacts facts = model_facts(config, diag);
-  detail::check_sections(config, facts, diag);
-  detail::check_parallelism(config, facts, diag);
-  detail::check_optimizer(config, facts, diag);
+  // Aliases become class names first: everything after sees the scheduler by its name.
   detail::check_lr_scheduler(config, diag);
-  detail::check_memory(config, facts, diag);
-  if (options.world_size) {
-    // A mistyped batch size or degree would be replaced by its default and then produce
-    // misleading layout errors; the layout waits until the values themselves are right.
-    if (typed_cleanly)
-      loaded.layout = resolve_layout(config, *options.world_size, diag);
-    else
-      diag.note("parallel layout not checked: fix the errors above first");
+  // A mistyped batch size or degree would be replaced by its default and then produce
+  // misleading layout errors; the layout waits until the values themselves are right.
+  std::optional<int> world_size = options.world_size;
+  if (world_size && !typed_cleanly) {
+    diag.note("parallel layout not checked: fix the errors above first");
+    world_size.reset();
   }
+  loaded.resolved = detail::resolve(config, world_size, diag);
   diag.throw_if_errors();
   loaded.warnings = diag.warnings();
   loaded.notes = diag.notes();
@@ -59,11 +55,11 @@ LoadedConfig load_config_checked(const std::string& path, const LoadOptions& opt
   return load_config_text(text, path, options);
 }
 
-TrainConfig load_config(const std::string& path, const LoadOptions& options) {
+LoadedConfig load_config(const std::string& path, const LoadOptions& options) {
   LoadedConfig loaded = load_config_checked(path, options);
   for (const auto& w : loaded.warnings) log::warn(w);
   for (const auto& n : loaded.notes) log::info("note: ", n);
-  return std::move(loaded.config);
+  return loaded;
 }
 
 }  // namespace loom::config

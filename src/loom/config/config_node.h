@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +23,13 @@ struct SourceMark {
   int column = 0;      // 1-based
   // "train.yaml:12:3", "train.yaml" or "--set training.steps=20".
   std::string str() const;
+};
+
+// Where every value and every key of a document sits, by dotted path (see child_path below), so
+// that a check run long after parsing can still point at the line it is about.
+struct SourceMarks {
+  std::unordered_map<std::string, SourceMark> values;
+  std::unordered_map<std::string, SourceMark> keys;
 };
 
 struct ConfigEntry;

@@ -6,36 +6,37 @@
 namespace loom::config {
 
 void Diagnostics::index_marks(const ConfigNode& root) {
-  marks_.clear();
-  key_marks_.clear();
-  index(root, "");
+  auto marks = std::make_shared<SourceMarks>();
+  index(*marks, root, "");
+  marks_ = std::move(marks);
 }
 
-void Diagnostics::index(const ConfigNode& node, const std::string& path) {
-  marks_[path] = node.mark;
+void Diagnostics::index(SourceMarks& marks, const ConfigNode& node, const std::string& path) {
+  marks.values[path] = node.mark;
   if (node.is_map()) {
     for (const auto& e : node.entries) {
       const std::string p = child_path(path, e.key);
-      index(e.value, p);
-      key_marks_[p] = e.key_mark;
+      index(marks, e.value, p);
+      marks.keys[p] = e.key_mark;
     }
   } else if (node.is_list()) {
-    for (std::size_t i = 0; i < node.items.size(); ++i) index(node.items[i], index_path(path, i));
+    for (std::size_t i = 0; i < node.items.size(); ++i) index(marks, node.items[i], index_path(path, i));
   }
 }
 
 SourceMark Diagnostics::mark_of(const std::string& path, bool key) const {
+  const auto& values = marks_->values;
   if (key) {
-    auto found = key_marks_.find(path);
-    if (found != key_marks_.end() && !found->second.source.empty()) return found->second;
+    auto found = marks_->keys.find(path);
+    if (found != marks_->keys.end() && !found->second.source.empty()) return found->second;
   }
   auto prefixes = path_prefixes(path);
   for (auto it = prefixes.rbegin(); it != prefixes.rend(); ++it) {
-    auto found = marks_.find(*it);
-    if (found != marks_.end() && !found->second.source.empty()) return found->second;
+    auto found = values.find(*it);
+    if (found != values.end() && !found->second.source.empty()) return found->second;
   }
-  auto root = marks_.find("");
-  if (root != marks_.end() && !root->second.source.empty()) {
+  auto root = values.find("");
+  if (root != values.end() && !root->second.source.empty()) {
     SourceMark m = root->second;
     m.line = m.column = 0;  // the whole file, not its first node
     return m;
@@ -77,6 +78,14 @@ void Diagnostics::warn_at(const SourceMark& mark, const std::string& path, const
 
 void Diagnostics::note(const std::string& message) {
   if (std::find(notes_.begin(), notes_.end(), message) == notes_.end()) notes_.push_back(message);
+}
+
+void Diagnostics::key_note(const std::string& path, const std::string& message) {
+  note(format(mark_of(path, true), path, message));
+}
+
+std::string Diagnostics::positioned(const std::string& path, const std::string& message, bool key) const {
+  return format(mark_of(path, key), "", message);
 }
 
 void Diagnostics::throw_if_errors() const {

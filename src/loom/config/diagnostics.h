@@ -2,8 +2,8 @@
 // own line: "<file>:<line>:<col>: <dotted.path>: <what is wrong and how to fix it>".
 #pragma once
 
+#include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "loom/config/config_node.h"
@@ -19,10 +19,13 @@ namespace loom::config {
 
 class Diagnostics {
  public:
-  explicit Diagnostics(std::string source = "<config>") : source_(std::move(source)) {}
+  explicit Diagnostics(std::string source = "<config>", std::shared_ptr<const SourceMarks> marks = nullptr)
+      : source_(std::move(source)), marks_(marks ? std::move(marks) : std::make_shared<const SourceMarks>()) {}
 
   // Remembers the position of every node under `root` so messages can point at it.
   void index_marks(const ConfigNode& root);
+  // The positions indexed (TrainConfig keeps them for checks run after loading).
+  const std::shared_ptr<const SourceMarks>& marks() const { return marks_; }
   // The recorded position of the value at `path` (or of its key, for messages about the key
   // itself), else of its nearest recorded ancestor.
   SourceMark mark_of(const std::string& path, bool key = false) const;
@@ -38,6 +41,11 @@ class Diagnostics {
   void warn_at(const SourceMark& mark, const std::string& path, const std::string& message);
   // Something a check could not do (e.g. layer ranges when the model does not say its depth).
   void note(const std::string& message);
+  // A note about the key at `path`, with its position.
+  void key_note(const std::string& path, const std::string& message);
+  // `message` (which names what it is about) prefixed with the position of `path`, as errors are
+  // written, without recording it.
+  std::string positioned(const std::string& path, const std::string& message, bool key = false) const;
 
   bool has_errors() const { return !errors_.empty(); }
   const std::vector<std::string>& errors() const { return errors_; }
@@ -50,11 +58,10 @@ class Diagnostics {
 
  private:
   std::string format(const SourceMark& mark, const std::string& path, const std::string& message) const;
-  void index(const ConfigNode& node, const std::string& path);
+  static void index(SourceMarks& marks, const ConfigNode& node, const std::string& path);
 
   std::string source_;
-  std::unordered_map<std::string, SourceMark> marks_;
-  std::unordered_map<std::string, SourceMark> key_marks_;
+  std::shared_ptr<const SourceMarks> marks_;
   std::vector<std::string> errors_;
   std::vector<std::string> warnings_;
   std::vector<std::string> notes_;

@@ -1,6 +1,8 @@
 // recompute, recompute_comm and swap: memory_optimization.md ("Combination Constraints") and the
-// reference activation_checkpoint.py validations, with its messages. Layer ids count the MTP
-// layers after the decoder layers.
+// reference activation_checkpoint.py validations, with its messages, and the options the memory
+// layer takes (memory::plan_memory asserts what is checked here; it only adds what needs the
+// built module tree: matching the patterns to real modules). Layer ids count the MTP layers
+// after the decoder layers.
 #include <algorithm>
 #include <map>
 #include <regex>
@@ -15,18 +17,18 @@ namespace {
 
 // Module paths inside one Loom decoder layer (docs/HELPERS.md naming), which `select_module`
 // and `op_name` regexes must match in full.
-std::vector<std::string> layer_module_paths(const ModelFacts& facts) {
+std::vector<std::string> layer_module_paths(const models::ModelArgs& model) {
   std::vector<std::string> paths = {"input_layernorm", "self_attention", "self_attention.core_attention",
                                     "self_attention.linear_proj", "pre_mlp_layernorm", "mlp", "mlp.linear_fc1",
                                     "mlp.linear_fc2"};
-  if (facts.multi_latent_attention) {
+  if (model.multi_latent_attention) {
     for (const char* m : {"linear_q", "linear_qa", "q_layernorm", "linear_qb", "linear_kva", "kv_layernorm", "linear_kvb"})
       paths.push_back(std::string("self_attention.") + m);
   } else {
     for (const char* m : {"linear_q", "linear_k", "linear_v", "q_layernorm", "k_layernorm"})
       paths.push_back(std::string("self_attention.") + m);
   }
-  if (facts.num_experts)
+  if (model.is_moe())
     for (const char* m : {"mlp.router", "mlp.token_dispatcher", "mlp.experts", "mlp.shared_experts",
                           "mlp.shared_experts.linear_fc1", "mlp.shared_experts.linear_fc2"})
       paths.emplace_back(m);
@@ -84,14 +86,25 @@ std::vector<Selection> check_select_module(const ModuleSelectMap& map, const std
   return out;
 }
 
+std::set<std::int64_t> id_set(const std::vector<std::int64_t>& ids) { return {ids.begin(), ids.end()}; }
+
+std::vector<memory::PathSelection> path_selections(const std::vector<Selection>& selections) {
+  std::vector<memory::PathSelection> out;
+  for (const auto& s : selections) out.push_back({s.pattern, id_set(s.layers)});
+  return out;
+}
+
 }  // namespace
 
-void check_memory(const TrainConfig& c, const ModelFacts& facts, Diagnostics& diag) {
+MemoryOptions check_memory(const TrainConfig& c, const models::ModelArgs& model, Diagnostics& diag) {
   const RecomputeConfig& rc = c.recompute;
   const RecomputeCommConfig& comm = c.recompute_comm;
   const SwapConfig& sw = c.swap;
-  const auto total = facts.total_layers();
-  const auto modules = layer_module_paths(facts);
+  // The layers specs address: decoder layers then MTP layers; unknown without the model depth.
+  const std::optional<std::int64_t> total =
+      model.num_layers > 0 ? std::optional<std::int64_t>(model.num_layers + model.mtp_num_layers) : std::nullopt;
+  const auto modules = layer_module_paths(model);
+  MemoryOptions options;
   const bool uses_layers = rc.mode != "None" || comm.enable || sw.enable;
   if (uses_layers && !total)
     diag.note("recompute/swap layer ranges not checked against the model depth: the model section gives no "
@@ -152,6 +165,15 @@ void check_memory(const TrainConfig& c, const ModelFacts& facts, Diagnostics& di
   } else if (comm.select_module && c.is_explicit("recompute_comm.select_module")) {
     diag.warn("recompute_comm.select_module", "is ignored because recompute_comm.enable is False");
   }
+  memory::RecomputeOptions& recompute = options.recompute;
+  if (mode_ok && rc.mode != "None") {
+    recompute.mode = rc.mode == "full" ? memory::RecomputeOptions::Mode::full : memory::RecomputeOptions::Mode::select;
+    recompute.full_layers = id_set(full_layers);
+    recompute.select = path_selections(selects);
+    if (rc.exclude_op) recompute.exclude_ops = *rc.exclude_op;
+  }
+  recompute.comm_enable = comm.enable;
+  recompute.comm_select = path_selections(comm_selects);
 
   // ---- swap ----
   if (!sw.enable) {
@@ -159,8 +181,11 @@ void check_memory(const TrainConfig& c, const ModelFacts& facts, Diagnostics& di
       if (c.is_explicit(std::string("swap.") + f) &&
           ((std::string(f) == "layer_swap" && sw.layer_swap) || (std::string(f) == "op_swap" && sw.op_swap)))
         diag.warn(std::string("swap.") + f, "is ignored because swap.enable is False");
-    return;
+    return options;
   }
+  memory::SwapOptions& swap = options.swap;
+  swap.enable = true;
+  swap.prefetch = sw.default_prefetch;
   if (c.parallelism.pipeline_parallel > 1)
     diag.error("swap.enable", "swap is not supported with pipeline parallel (pipeline_parallel = " +
                                   std::to_string(c.parallelism.pipeline_parallel) +
@@ -191,7 +216,11 @@ void check_memory(const TrainConfig& c, const ModelFacts& facts, Diagnostics& di
       }
       auto ranges = parse_layer_specs((*sw.layer_swap)[i].layers, total, p + ".layers", diag);
       check_prefetch(ranges, p + ".layers");
-      if (i == 0) swap_layers = layer_ids(ranges);
+      const auto ids = layer_ids(ranges);
+      if (i == 0) swap_layers = ids;
+      // The trainer has always swapped the layers of every entry (docs/memory.md), although the
+      // spec's reference, and the warning below, keep only the first.
+      swap.layers.insert(ids.begin(), ids.end());
     }
     if (sw.layer_swap->size() > 1)
       diag.warn("swap.layer_swap", "only the first entry is used (" + std::to_string(sw.layer_swap->size() - 1) +
@@ -222,12 +251,13 @@ void check_memory(const TrainConfig& c, const ModelFacts& facts, Diagnostics& di
           diag.warn(p + ".op_name", "pattern '" + item.op_name + "' matches no module of a Loom decoder layer (try '.*" +
                                         item.op_name + "')");
       }
+      swap.op_swap.push_back({sel.pattern, id_set(sel.layers)});
       op_swaps.push_back(std::move(sel));
     }
   }
 
   // ---- recompute x swap overlap (reference _check_recompute_swap_overlap) ----
-  if (rc.mode == "None" && !comm.enable) return;
+  if (rc.mode == "None" && !comm.enable) return options;
   std::set<std::int64_t> recompute_layer_set(full_layers.begin(), full_layers.end());
   std::map<std::int64_t, std::vector<const Selection*>> select_by_layer;
   for (const auto* list : {&selects, &comm_selects})
@@ -276,6 +306,7 @@ void check_memory(const TrainConfig& c, const ModelFacts& facts, Diagnostics& di
                                   "), which is not allowed");
     }
   }
+  return options;
 }
 
 }  // namespace loom::config::detail

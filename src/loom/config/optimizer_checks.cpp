@@ -58,11 +58,11 @@ void check_ns_coefficients(const Json& v, Diagnostics& diag) {
                          describe_json(v));
 }
 
-void check_muon(const TrainConfig& c, const ModelFacts& facts, Diagnostics& diag) {
+void check_muon(const TrainConfig& c, const models::ModelArgs& model, Diagnostics& diag) {
   const OptimizerConfig& o = c.optimizer;
   const Json& x = o.extras;
   // training_hyperparameters.md §1.2: Muon's construction-time prerequisites.
-  if (!facts.multi_latent_attention)
+  if (!model.multi_latent_attention)
     diag.error("optimizer.type", "Muon optimizer only supports models with Multi-Latent Attention enabled. Set "
                                  "model.multi_latent_attention: True (an MLA model such as DeepSeek-V3) or use AdamW");
   if (c.swap.enable || extra_bool(x, "swap", "optimizer", diag).value_or(false))
@@ -168,10 +168,10 @@ void check_non_negative(const Json& x, const char* key, Diagnostics& diag) {
 
 }  // namespace
 
-void check_optimizer(const TrainConfig& c, const ModelFacts& facts, Diagnostics& diag) {
+void check_optimizer(const TrainConfig& c, const models::ModelArgs& model, Diagnostics& diag) {
   const std::string& type = c.optimizer.type;
   if (type == "AdamW") check_adamw(c, diag);
-  else if (type == "Muon") check_muon(c, facts, diag);
+  else if (type == "Muon") check_muon(c, model, diag);
   else
     diag.error("optimizer.type", "must be 'AdamW' or 'Muon', got '" + type + "'" + did_you_mean(type, {"AdamW", "Muon"}));
   if (c.optimizer.weight_decay_include)

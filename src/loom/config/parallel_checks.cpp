@@ -19,7 +19,8 @@ void one_of(const std::string& value, const std::vector<std::string>& allowed, c
 
 }  // namespace
 
-void check_parallelism(const TrainConfig& c, const ModelFacts& facts, Diagnostics& diag) {
+ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& model,
+                                 const data::MegatronDataConfig& data, Diagnostics& diag) {
   const ParallelismConfig& p = c.parallelism;
   const std::string P = "parallelism.";
   const std::pair<const char*, int> degrees[] = {{"tensor_parallel", p.tensor_parallel},
@@ -34,7 +35,8 @@ void check_parallelism(const TrainConfig& c, const ModelFacts& facts, Diagnostic
       diag.error(P + name, "must be >= 1, got " + std::to_string(value));
       degrees_ok = false;
     }
-  if (p.data_parallel_shard == 0 || p.data_parallel_shard < -1)
+  const bool shard_ok = p.data_parallel_shard == -1 || p.data_parallel_shard >= 1;
+  if (!shard_ok)
     diag.error(P + "data_parallel_shard", "must be -1 (shard over every data-parallel rank) or a positive shard "
                                           "degree, got " + std::to_string(p.data_parallel_shard));
   if (p.dense_fsdp_shard_size && *p.dense_fsdp_shard_size < 1)
@@ -71,6 +73,8 @@ void check_parallelism(const TrainConfig& c, const ModelFacts& facts, Diagnostic
     diag.warn(P + "pipeline_parallel_enable_dxdw_split", "has no effect without pipeline_parallel_overlap_b_f");
 
   // Context parallelism (parallel_training.md §3, reference _validate_cp_method).
+  const auto heads = known_size(model.num_attention_heads);
+  const auto seq_length = model.seq_length > 0 ? known_size(model.seq_length) : known_size(data.seq_length);
   const int cp = p.context_parallel;
   if (cp > 1) {
     if (p.context_parallel_method == "ulysses") {
@@ -80,10 +84,10 @@ void check_parallelism(const TrainConfig& c, const ModelFacts& facts, Diagnostic
                                                    std::to_string(*p.ulysses_degree_in_cp) + "; set it to " +
                                                    std::to_string(cp) + " or leave it null");
       const int u = p.ulysses_degree_in_cp.value_or(cp);
-      if (p.context_parallel_async && facts.num_attention_heads && *facts.num_attention_heads % u != 0)
+      if (p.context_parallel_async && heads && *heads % u != 0)
         diag.error(P + "context_parallel_async", "ulysses with context_parallel_async requires num_attention_heads % "
                                                  "ulysses_degree == 0, got model.num_attention_heads " +
-                                                     std::to_string(*facts.num_attention_heads) + " and ulysses degree " +
+                                                     std::to_string(*heads) + " and ulysses degree " +
                                                      std::to_string(u));
     } else if (p.context_parallel_method == "hybrid") {
       if (!p.ulysses_degree_in_cp)
@@ -100,13 +104,8 @@ void check_parallelism(const TrainConfig& c, const ModelFacts& facts, Diagnostic
       diag.error(P + "context_parallel_mask_type", "only 'causal' is supported with context parallelism, got '" +
                                                      p.context_parallel_mask_type + "'");
     // Mask compression is required (parallel_training.md §3.3), with the reference's message.
-    bool eod_compressed = false, dense_mask = true;
-    const Json& dl = c.train_dataset.dataloader.extras;
-    if (auto it = dl.find("config"); it != dl.end() && it->is_object()) {
-      eod_compressed = extra_bool(*it, "create_compressed_eod_mask", "train_dataset.dataloader.config", diag).value_or(false);
-      dense_mask = extra_bool(*it, "create_attention_mask", "train_dataset.dataloader.config", diag).value_or(true);
-    }
-    if (!facts.use_attn_mask_compression && !eod_compressed)
+    const bool eod_compressed = data.create_compressed_eod_mask, dense_mask = data.create_attention_mask;
+    if (!model.use_attn_mask_compression && !eod_compressed)
       diag.error(P + "context_parallel",
                  "Context parallel (context_parallel > 1) requires a compressed attention mask. Please enable "
                  "use_attn_mask_compression for non-eod data, or create_compressed_eod_mask for eod data. "
@@ -116,8 +115,8 @@ void check_parallelism(const TrainConfig& c, const ModelFacts& facts, Diagnostic
       diag.warn("train_dataset.dataloader.config.create_attention_mask",
                 "should be false with create_compressed_eod_mask and context parallelism: the dense "
                 "seq_length x seq_length mask is built for nothing");
-    if (facts.seq_length && *facts.seq_length % cp != 0)
-      diag.error(P + "context_parallel", "seq_length " + std::to_string(*facts.seq_length) +
+    if (seq_length && *seq_length % cp != 0)
+      diag.error(P + "context_parallel", "seq_length " + std::to_string(*seq_length) +
                                              " must be divisible by context_parallel (" + std::to_string(cp) +
                                              "): each CP rank takes a contiguous 1/context_parallel of the sequence");
   } else if (p.ulysses_degree_in_cp || p.context_parallel_method != "colossal") {
@@ -127,20 +126,24 @@ void check_parallelism(const TrainConfig& c, const ModelFacts& facts, Diagnostic
 
   // Model facts every TP/EP split needs (not in the spec's list, but true of any implementation).
   const int tp = p.tensor_parallel;
-  if (tp > 1 && facts.num_attention_heads && *facts.num_attention_heads % tp != 0)
-    diag.error(P + "tensor_parallel", "model.num_attention_heads (" + std::to_string(*facts.num_attention_heads) +
+  if (tp > 1 && heads && *heads % tp != 0)
+    diag.error(P + "tensor_parallel", "model.num_attention_heads (" + std::to_string(*heads) +
                                           ") must be divisible by tensor_parallel (" + std::to_string(tp) +
                                           "): tensor parallelism splits the attention heads");
-  if (tp > 1 && cp >= 1 && facts.seq_length && *facts.seq_length % cp == 0 && (*facts.seq_length / cp) % tp != 0)
-    diag.error(P + "tensor_parallel", "the sequence length per CP rank (" + std::to_string(*facts.seq_length / cp) +
+  if (tp > 1 && cp >= 1 && seq_length && *seq_length % cp == 0 && (*seq_length / cp) % tp != 0)
+    diag.error(P + "tensor_parallel", "the sequence length per CP rank (" + std::to_string(*seq_length / cp) +
                                           ") must be divisible by tensor_parallel (" + std::to_string(tp) +
                                           "): sequence parallelism, which comes with TP, splits it over the TP ranks");
-  if (p.expert_parallel > 1 && facts.num_experts && *facts.num_experts % p.expert_parallel != 0)
-    diag.error(P + "expert_parallel", "the number of routed experts (" + std::to_string(*facts.num_experts) +
+  const auto experts = known_size(model.num_experts);
+  if (p.expert_parallel > 1 && experts && *experts % p.expert_parallel != 0)
+    diag.error(P + "expert_parallel", "the number of routed experts (" + std::to_string(*experts) +
                                           ") must be divisible by expert_parallel (" +
                                           std::to_string(p.expert_parallel) + ")");
 
-  if (degrees_ok) plan_pipeline(p, facts.num_layers, c, diag);
+  ParallelChecks out;
+  out.degrees_valid = degrees_ok && shard_ok;
+  if (degrees_ok) out.pipeline = plan_pipeline(p, known_size(model.num_layers), c, diag);
+  return out;
 }
 
 }  // namespace loom::config::detail

@@ -1,6 +1,9 @@
 #include "loom/config/parallel_layout.h"
 
-#include "loom/config/model_facts.h"
+#include <algorithm>
+
+#include "loom/config/checks.h"
+#include "loom/core/error.h"
 
 namespace loom::config {
 
@@ -12,6 +15,44 @@ dist::ParallelDegrees parallel_degrees(const ParallelismConfig& p) {
   d.pipeline_parallel = p.pipeline_parallel;
   d.expert_parallel = p.expert_parallel;
   return d;
+}
+
+std::vector<std::string> world_size_problems(int world, const dist::ParallelDegrees& d) {
+  auto s = [](long long v) { return std::to_string(v); };
+  if (world < 1) return {"world size must be >= 1, got " + s(world)};
+  LOOM_ASSERT(d.tensor_parallel >= 1 && d.context_parallel >= 1 && d.pipeline_parallel >= 1 && d.expert_parallel >= 1 &&
+                  (d.data_parallel_shard == -1 || d.data_parallel_shard >= 1),
+              "the parallelism rules reject these degrees before the world size is considered");
+  std::vector<std::string> out;
+  const int tp = d.tensor_parallel, cp = d.context_parallel, pp = d.pipeline_parallel, ep = d.expert_parallel;
+  const long long model_ranks = static_cast<long long>(tp) * pp * cp;
+  const long long dp = world / model_ranks;
+  if (dp <= 0) {
+    out.push_back("tensor_parallel(" + s(tp) + ") * pipeline_parallel(" + s(pp) + ") * context_parallel(" + s(cp) +
+                  ") must be less than or equal to world_size(" + s(world) + ").");
+    return out;
+  }
+  const long long dp_replicate = d.data_parallel_shard < 0 ? 1 : std::max<long long>(dp / d.data_parallel_shard, 1);
+  const long long dp_shard = dp / dp_replicate;
+  const long long product = dp_replicate * dp_shard * cp * tp * pp;
+  if (product != world) {
+    const std::string why =
+        world % model_ranks != 0
+            ? "world_size must be divisible by tensor_parallel * pipeline_parallel * context_parallel = " + s(model_ranks)
+            : "parallelism.data_parallel_shard (" + s(d.data_parallel_shard) + ") must divide data_parallel (" + s(dp) +
+                  " = world_size / (tp * pp * cp))";
+    out.push_back("Invalid parallel dims: dp_replicate(" + s(dp_replicate) + ") * dp_shard(" + s(dp_shard) + ") * cp(" +
+                  s(cp) + ") * tp(" + s(tp) + ") * pp(" + s(pp) + ") = " + s(product) + " != world_size(" + s(world) +
+                  "); " + why);
+    return out;
+  }
+  const long long expert_block = dp_shard * cp * tp;
+  if (expert_block % ep != 0)
+    out.push_back("parallelism.expert_parallel (" + s(ep) + ") must divide dp_shard * cp * tp = " + s(expert_block) +
+                  " (dp_shard " + s(dp_shard) + ", cp " + s(cp) + ", tp " + s(tp) +
+                  "): experts are spread over the dp_shard x cp x tp ranks of one replica, so efsdp = "
+                  "dp_shard * cp * tp / expert_parallel must be a whole number");
+  return out;
 }
 
 namespace {
@@ -47,9 +88,12 @@ void check_rampup(const TrainConfig& c, std::int64_t base, Diagnostics& diag) {
 
 }  // namespace
 
-std::optional<ParallelLayout> resolve_layout(const TrainConfig& c, int world_size, Diagnostics& diag) {
+namespace detail {
+
+std::optional<ParallelLayout> resolve_layout(const TrainConfig& c, int world_size, std::optional<PipelinePlan> pipeline,
+                                             Diagnostics& diag) {
   const auto degrees = parallel_degrees(c.parallelism);
-  const auto problems = dist::ParallelDims::problems(world_size, degrees);
+  const auto problems = world_size_problems(world_size, degrees);
   for (const auto& problem : problems)
     diag.key_error("parallelism", problem.find("world_size(") == std::string::npos
                                       ? problem + " (world size " + std::to_string(world_size) + ")"
@@ -103,18 +147,11 @@ std::optional<ParallelLayout> resolve_layout(const TrainConfig& c, int world_siz
                                                                " does not exist in a world of " +
                                                                std::to_string(world_size) + " ranks");
 
-  // Pipeline stages (problems were reported when the file was loaded).
-  Diagnostics scratch(diag.source());
-  ModelFacts facts = model_facts(c, scratch);
-  layout.pipeline = plan_pipeline(c.parallelism, facts.num_layers, c, scratch);
+  // The pipeline stages do not depend on the world size: check_parallelism placed them.
+  layout.pipeline = std::move(pipeline);
   return layout;
 }
 
-ParallelLayout resolve_layout(const TrainConfig& config, int world_size) {
-  Diagnostics diag(config.source.empty() ? "<config>" : config.source);
-  auto layout = resolve_layout(config, world_size, diag);
-  diag.throw_if_errors();
-  return *layout;
-}
+}  // namespace detail
 
 }  // namespace loom::config

@@ -1,12 +1,15 @@
 // The parallel layout a configuration gets on a given number of ranks: ParallelDims, gradient
 // accumulation and pipeline stages, with every world-size dependent rule of
 // parallel_training.md ("Parallelism Configuration Limitations") and other_training_features.md §1.
+// The world-size rules live here, once, with the spec's messages; dist::ParallelDims only
+// computes the layout of degrees that passed them.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
-#include "loom/config/diagnostics.h"
 #include "loom/config/layer_spec.h"
 #include "loom/config/sections.h"
 #include "loom/dist/parallel_dims.h"
@@ -27,9 +30,8 @@ struct ParallelLayout {
 
 dist::ParallelDegrees parallel_degrees(const ParallelismConfig& parallelism);
 
-// Adds every problem to `diag`; returns the layout when the degrees fit the world size.
-std::optional<ParallelLayout> resolve_layout(const TrainConfig& config, int world_size, Diagnostics& diag);
-// Throws ConfigError listing every problem.
-ParallelLayout resolve_layout(const TrainConfig& config, int world_size);
+// Every reason degrees that are each valid (>= 1; data_parallel_shard -1 or >= 1, which the
+// parallelism rules check) do not fit `world_size` ranks, in the spec's words; empty when they fit.
+std::vector<std::string> world_size_problems(int world_size, const dist::ParallelDegrees& degrees);
 
 }  // namespace loom::config

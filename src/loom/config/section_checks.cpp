@@ -1,5 +1,6 @@
 // Rules of the reference's __post_init__ checks and the spec's field descriptions for the
-// sections that are not parallelism, optimizer, scheduler or memory.
+// sections that are not parallelism, optimizer, scheduler or memory (the model section is read
+// by model_section.cpp, the data loader's keys by dataset_section.cpp).
 #include <algorithm>
 #include <cmath>
 #include <regex>
@@ -196,71 +197,13 @@ void check_dataset(const TrainConfig& c, Diagnostics& diag) {
                    (near.empty() ? std::string() : " (found '" + near + "'; did you mean 'type'?)"));
   }
   require_at_least(c.train_dataset.num_parallel_workers, 1, "train_dataset.num_parallel_workers", diag);
+  // The loader's worker threads are bounded: more than 256 is a typo, not a machine.
+  if (c.train_dataset.num_parallel_workers > 256)
+    diag.error("train_dataset.num_parallel_workers",
+               "must be <= 256, got " + std::to_string(c.train_dataset.num_parallel_workers));
   require_at_least(c.train_dataset.prefetch_size, 0, "train_dataset.prefetch_size", diag);
   if (d.column_names.empty())
     diag.error("train_dataset.dataloader.column_names", "must name at least one column, e.g. [input_ids, labels]");
-  const std::vector<std::string> fixed = {"type", "shuffle", "column_names", "python_multiprocessing"};
-  for (auto it = d.extras.begin(); it != d.extras.end(); ++it) {
-    const std::string near = closest_match(it.key(), fixed);
-    if (!near.empty())
-      diag.warn(child_path("train_dataset.dataloader", it.key()),
-                "is passed to the data loader unchecked; did you mean '" + near + "'?");
-  }
-}
-
-// Model keys Loom's models read (HF and MindFormers names, reference/semantics.md §4, §7 and the
-// spec's examples). The model section is open, so other keys pass; one a typo away from these
-// is most likely a typo.
-const std::vector<std::string>& known_model_keys() {
-  static const std::vector<std::string> keys = {
-      "vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size", "num_hidden_layers",
-      "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_act", "rms_norm_eps", "rope_theta",
-      "rope_scaling", "max_position_embeddings", "tie_word_embeddings", "attention_bias", "attention_dropout",
-      "n_routed_experts", "num_experts", "n_shared_experts", "num_experts_per_tok", "n_group", "topk_group",
-      "routed_scaling_factor", "scoring_func", "topk_method", "norm_topk_prob", "q_lora_rank", "kv_lora_rank",
-      "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "first_k_dense_replace", "moe_layer_freq",
-      "num_nextn_predict_layers", "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "use_qk_norm",
-      "initializer_range", "sliding_window", "use_sliding_window", "max_window_layers", "decoder_sparse_step",
-      "mlp_only_layers", "router_aux_loss_coef", "seq_length", "num_layers", "num_query_groups", "ffn_hidden_size",
-      "kv_channels", "layernorm_epsilon", "add_qkv_bias", "num_moe_experts", "qk_layernorm", "moe_ffn_hidden_size",
-      "moe_router_topk", "moe_router_num_groups", "moe_router_group_topk", "moe_router_topk_scaling_factor",
-      "moe_router_score_function", "moe_router_dtype", "shared_expert_num", "mtp_num_layers", "qk_head_dim",
-      "qk_pos_emb_head_dim", "rotary_base", "rotary_scaling_factor", "moe_router_enable_expert_bias",
-      "moe_router_bias_update_rate", "multi_latent_attention", "mla_qkv_concat", "params_dtype", "compute_dtype",
-      "layernorm_compute_dtype", "softmax_compute_dtype", "rotary_dtype", "router_dense_type",
-      "mtp_loss_scaling_factor", "position_embedding_type", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
-      "moe_shared_expert_intermediate_size", "moe_router_load_balancing_type", "moe_aux_loss_coeff",
-      "use_flash_attention", "use_attn_mask_compression", "use_eod_attn_mask_compression", "normalization",
-      "fused_norm", "balance_via_topk_bias", "topk_bias_update_rate"};
-  return keys;
-}
-
-void check_model(const TrainConfig& c, Diagnostics& diag) {
-  const ModelConfig& m = c.model;
-  std::vector<std::string> extra_keys;
-  for (auto it = m.extras.begin(); it != m.extras.end(); ++it) extra_keys.push_back(it.key());
-  const auto& known = known_model_keys();
-  for (const auto& k : extra_keys) {
-    if (std::find(known.begin(), known.end(), k) != known.end()) continue;
-    const std::string hint = did_you_mean(k, known);
-    if (!hint.empty())
-      diag.key_warn(child_path("model", k), "is not a model field Loom knows and is passed to the model as is" + hint);
-  }
-  for (const char* fixed : {"model_type", "architectures"}) {
-    for (const auto& k : extra_keys)
-      if (closest_match(k, {fixed}) == fixed)
-        diag.warn(child_path("model", k), std::string("is passed to the model unchecked; did you mean '") + fixed + "'?");
-  }
-  // Loom decision: the reference effectively requires both (None fails its type check) while
-  // the spec marks both optional; one of them is enough to pick the model.
-  if (!m.model_type && !m.architectures) {
-    if (m.extras.empty() && !c.is_explicit("model"))
-      diag.error("model", "the model section is required: set model_type (e.g. deepseek_v3, qwen3, llama) or "
-                          "architectures (e.g. Qwen3ForCausalLM) and the structure hyper-parameters");
-    else
-      diag.error("model", "set model.model_type (e.g. deepseek_v3, qwen3, llama) or model.architectures "
-                          "(e.g. Qwen3ForCausalLM) so Loom knows which model to build");
-  }
 }
 
 void check_monitor(const TrainConfig& c, Diagnostics& diag) {
@@ -375,11 +318,10 @@ void check_top_level(const TrainConfig& c, Diagnostics& diag) {
 
 }  // namespace
 
-void check_sections(const TrainConfig& config, const ModelFacts&, Diagnostics& diag) {
+void check_sections(const TrainConfig& config, Diagnostics& diag) {
   check_training(config, diag);
   check_checkpoint(config, diag);
   check_dataset(config, diag);
-  check_model(config, diag);
   check_monitor(config, diag);
   check_profiler(config, diag);
   check_callbacks(config, diag);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -520,6 +521,9 @@ struct TrainConfig {
   std::string source;
   std::set<std::string> explicit_fields;
   bool is_explicit(const std::string& path) const { return explicit_fields.count(path) > 0; }
+  // Where each value was written, so a resolution after loading (resolve_config) still reports
+  // "<file>:<line>:<col>"; shared, since copies of a configuration come from one document.
+  std::shared_ptr<const SourceMarks> marks;
 
   template <class Self, class V>
   static void visit(Self& s, V& v) {

@@ -291,6 +291,14 @@ SampleOptions sample_options_from(const MegatronDataConfig& c) {
 
 std::unique_ptr<DataLoader> build_data_loader(const LoaderOptions& options, int64_t local_batch_size,
                                               ShardInfo shard) {
+  const MegatronDataConfig& c = options.config;
+  LOOM_ASSERT(options.type == "BlendedMegatronDatasetDataLoader" && options.datasets_type == "GPTDataset",
+              "unsupported loader '", options.type, "' / '", options.datasets_type, "'");
+  LOOM_ASSERT(c.seq_length > 1, "train_dataset.dataloader.config.seq_length ", c.seq_length);
+  LOOM_ASSERT(!c.data_path.empty() != (!c.train_data_path.empty() || !c.valid_data_path.empty() ||
+                                       !c.test_data_path.empty()),
+              "exactly one of data_path and train/valid/test_data_path");
+  LOOM_ASSERT(c.data_path.empty() || c.split.has_value(), "data_path without split");
   const SampleOptions sample = sample_options_from(options.config);
   for (const auto& name : options.column_names) {
     if (name == "attention_mask" && !sample.emits_attention_mask()) {
@@ -316,11 +324,6 @@ std::unique_ptr<DataLoader> build_data_loader(const LoaderOptions& options, int6
             loader->batches_per_epoch(), " micro-batches of ", local_batch_size, " per epoch on data-parallel rank ",
             shard.rank, " of ", shard.count);
   return loader;
-}
-
-std::unique_ptr<DataLoader> build_data_loader(const nlohmann::ordered_json& train_dataset,
-                                              int64_t local_batch_size, ShardInfo shard) {
-  return build_data_loader(LoaderOptions::from_json(train_dataset), local_batch_size, shard);
 }
 
 }  // namespace loom::data

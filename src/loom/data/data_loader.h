@@ -127,12 +127,10 @@ class DataLoader {
   mutable std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> permutations_;
 };
 
-// The loader for the training split from a parsed train_dataset section.
+// The loader for the training split from the train_dataset options the configuration resolved
+// (config::ResolvedConfig::loader_options); the options are asserted, not re-validated.
 std::unique_ptr<DataLoader> build_data_loader(const LoaderOptions& options, int64_t local_batch_size,
                                               ShardInfo shard = {});
-// Same from the raw train_dataset JSON (errors name train_dataset.*).
-std::unique_ptr<DataLoader> build_data_loader(const nlohmann::ordered_json& train_dataset,
-                                              int64_t local_batch_size, ShardInfo shard = {});
 // The sample options a train_dataset section implies.
 SampleOptions sample_options_from(const MegatronDataConfig& config);
 

@@ -1,6 +1,7 @@
 // The train_dataset section as the loader sees it (spec/configuration.md "train_dataset", and the
-// MindFormers BlendedMegatronDatasetDataLoader keys of semantics §5.5). The config layer hands the
-// section over as JSON; every error names the dotted field, the value found and what to write.
+// MindFormers BlendedMegatronDatasetDataLoader keys of semantics §5.5), typed. The configuration
+// layer fills it and checks every field once, with the field's position in the file
+// (config/dataset_section.cpp); the loader asserts on what it relies on.
 #pragma once
 
 #include <array>
@@ -8,8 +9,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "loom/data/blend_split.h"
 
@@ -37,10 +36,6 @@ struct MegatronDataConfig {
   bool add_extra_token_to_sequence = true;
   int64_t eod = -1;
   int64_t pad = -1;
-
-  // `field` is the dotted path of `json` in the YAML, used in every message.
-  static MegatronDataConfig from_json(const nlohmann::ordered_json& json,
-                                      const std::string& field = "train_dataset.dataloader.config");
 };
 
 // train_dataset (+ its dataloader map)
@@ -54,17 +49,6 @@ struct LoaderOptions {
   int64_t num_parallel_workers = 8;    // 0 = build batches on the calling thread
   int64_t prefetch_size = 1;
   MegatronDataConfig config;
-
-  // `json` is the whole train_dataset section: {dataloader: {type, datasets_type, sizes,
-  // column_names, shuffle, config: {...}}, drop_remainder, num_parallel_workers, prefetch_size}.
-  static LoaderOptions from_json(const nlohmann::ordered_json& json,
-                                 const std::string& field = "train_dataset");
-  // The same from the config layer's typed section: the fixed dataloader fields, the dataloader
-  // extras (datasets_type, sizes, config) as JSON, and the train_dataset scalars.
-  static LoaderOptions from_sections(const std::string& type, bool shuffle,
-                                     const std::vector<std::string>& column_names,
-                                     const nlohmann::ordered_json& dataloader_extras, bool drop_remainder,
-                                     int64_t num_parallel_workers, int64_t prefetch_size);
 };
 
 }  // namespace loom::data

@@ -7,66 +7,10 @@
 
 namespace loom::dist {
 
-namespace {
-
-std::string s(int v) { return std::to_string(v); }
-
-}  // namespace
-
-std::vector<std::string> ParallelDims::problems(int world, const ParallelDegrees& d) {
-  std::vector<std::string> out;
-  if (world < 1) out.push_back("world size must be >= 1, got " + s(world));
-  const std::pair<const char*, int> degrees[] = {{"tensor_parallel", d.tensor_parallel},
-                                                 {"context_parallel", d.context_parallel},
-                                                 {"pipeline_parallel", d.pipeline_parallel},
-                                                 {"expert_parallel", d.expert_parallel}};
-  for (const auto& [name, value] : degrees)
-    if (value < 1) out.push_back(std::string("parallelism.") + name + " must be >= 1, got " + s(value));
-  if (d.data_parallel_shard == 0 || d.data_parallel_shard < -1)
-    out.push_back("parallelism.data_parallel_shard must be -1 (shard over every data-parallel rank) or a "
-                  "positive shard degree, got " + s(d.data_parallel_shard));
-  if (!out.empty()) return out;
-
-  const int tp = d.tensor_parallel, cp = d.context_parallel, pp = d.pipeline_parallel, ep = d.expert_parallel;
-  const long long model_ranks = static_cast<long long>(tp) * pp * cp;
-  const long long dp = world / model_ranks;
-  if (dp <= 0) {
-    out.push_back("tensor_parallel(" + s(tp) + ") * pipeline_parallel(" + s(pp) + ") * context_parallel(" + s(cp) +
-                  ") must be less than or equal to world_size(" + s(world) + ").");
-    return out;
-  }
-  const long long dp_replicate = d.data_parallel_shard < 0 ? 1 : std::max<long long>(dp / d.data_parallel_shard, 1);
-  const long long dp_shard = dp / dp_replicate;
-  const long long product = dp_replicate * dp_shard * cp * tp * pp;
-  if (product != world) {
-    std::string why;
-    if (world % model_ranks != 0)
-      why = "world_size must be divisible by tensor_parallel * pipeline_parallel * context_parallel = " +
-            std::to_string(model_ranks);
-    else
-      why = "parallelism.data_parallel_shard (" + s(d.data_parallel_shard) + ") must divide data_parallel (" +
-            std::to_string(dp) + " = world_size / (tp * pp * cp))";
-    out.push_back("Invalid parallel dims: dp_replicate(" + std::to_string(dp_replicate) + ") * dp_shard(" +
-                  std::to_string(dp_shard) + ") * cp(" + s(cp) + ") * tp(" + s(tp) + ") * pp(" + s(pp) +
-                  ") = " + std::to_string(product) + " != world_size(" + s(world) + "); " + why);
-    return out;
-  }
-  const long long expert_block = dp_shard * cp * tp;
-  if (expert_block % ep != 0)
-    out.push_back("parallelism.expert_parallel (" + s(ep) + ") must divide dp_shard * cp * tp = " +
-                  std::to_string(expert_block) + " (dp_shard " + std::to_string(dp_shard) + ", cp " + s(cp) + ", tp " +
-                  s(tp) + "): experts are spread over the dp_shard x cp x tp ranks of one replica, so efsdp = "
-                  "dp_shard * cp * tp / expert_parallel must be a whole number");
-  return out;
-}
-
 ParallelDims ParallelDims::infer(int world, const ParallelDegrees& d) {
-  auto issues = problems(world, d);
-  if (!issues.empty()) {
-    std::string all;
-    for (std::size_t i = 0; i < issues.size(); ++i) all += (i ? "\n" : "") + issues[i];
-    throw ConfigError(all);
-  }
+  LOOM_ASSERT(world >= 1 && d.tensor_parallel >= 1 && d.context_parallel >= 1 && d.pipeline_parallel >= 1 &&
+                  d.expert_parallel >= 1 && (d.data_parallel_shard == -1 || d.data_parallel_shard >= 1),
+              "parallel degrees must be validated (config::world_size_problems) before the layout is inferred");
   ParallelDims dims;
   dims.world_size_ = world;
   dims.tp_ = d.tensor_parallel;
@@ -74,8 +18,12 @@ ParallelDims ParallelDims::infer(int world, const ParallelDegrees& d) {
   dims.pp_ = d.pipeline_parallel;
   dims.ep_ = d.expert_parallel;
   const int dp = world / (dims.tp_ * dims.pp_ * dims.cp_);
+  LOOM_ASSERT(dp >= 1, "tensor * pipeline * context parallel exceed the world of ", world, " ranks");
   dims.dp_replicate_ = d.data_parallel_shard < 0 ? 1 : std::max(dp / d.data_parallel_shard, 1);
   dims.dp_shard_ = dp / dims.dp_replicate_;
+  LOOM_ASSERT(static_cast<long long>(dims.data_parallel()) * dims.cp_ * dims.tp_ * dims.pp_ == world &&
+                  dims.dp_shard_ * dims.cp_ * dims.tp_ % dims.ep_ == 0,
+              "the degrees do not fit the world of ", world, " ranks");
   return dims;
 }
 

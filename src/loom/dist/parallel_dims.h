@@ -1,6 +1,8 @@
 // The parallel layout inferred from the world size and the parallelism degrees, by the spec's
 // rules (parallel_training.md, reference/semantics.md §1.1 "Parallel dims"): pure arithmetic,
-// no communication, so the configuration checker and the device mesh share one definition.
+// no communication, so the configuration and the device mesh share one definition. Whether
+// degrees fit a world size is a rule of the configuration (config::world_size_problems, with the
+// spec's messages); infer() takes degrees that passed it and asserts that they do.
 //
 //   data_parallel = world / (tp * pp * cp)
 //   data_parallel_shard = -1  =>  dp_replicate = 1, dp_shard = data_parallel
@@ -42,10 +44,8 @@ struct MeshAxis {
 
 class ParallelDims {
  public:
-  // Every reason the degrees do not fit the world size, as messages that name the
-  // `parallelism.*` field and the fix; empty when they fit.
-  static std::vector<std::string> problems(int world_size, const ParallelDegrees& degrees);
-  // The layout; throws ConfigError listing every problem.
+  // The layout of degrees that fit `world_size` (every degree >= 1, data_parallel_shard -1 or
+  // >= 1, the product of the axes = world_size, expert_parallel dividing dp_shard * cp * tp).
   static ParallelDims infer(int world_size, const ParallelDegrees& degrees);
 
   int world_size() const { return world_size_; }

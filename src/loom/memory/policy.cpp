@@ -23,13 +23,6 @@ std::string join(const std::vector<std::string>& v) {
   return out;
 }
 
-void check_swap_range(const std::set<int64_t>& layers, int64_t prefetch, int64_t num_layers, const std::string& field) {
-  for (int64_t l : layers)
-    LOOM_CHECK(l + prefetch < num_layers, ConfigError, field, ": layer ", l, " plus swap.default_prefetch ", prefetch,
-               " must be less than num_layers (", num_layers, "): the prefetch of layer ", l,
-               " would start before a layer that does not exist; lower default_prefetch or swap earlier layers");
-}
-
 }  // namespace
 
 bool op_is_excluded(const char* op, const std::vector<std::string>& exclude_ops) {
@@ -44,17 +37,20 @@ MemoryPlan plan_memory(const std::vector<LayerRef>& layers, int64_t num_layers, 
   using Mode = RecomputeOptions::Mode;
   MemoryPlan plan;
   plan.prefetch = sw.prefetch;
-  LOOM_CHECK(rc.mode != Mode::full || !rc.full_layers.empty(), ConfigError,
-             "recompute.full_recompute_layer is required when recompute.mode is 'full' (e.g. ['0-3'])");
-  LOOM_CHECK(rc.mode != Mode::select || !rc.select.empty() || !rc.full_layers.empty(), ConfigError,
-             "recompute.select_module is required when recompute.mode is 'select' (e.g. {'.*mlp': ['0-3']})");
-  LOOM_CHECK(!rc.comm_enable || !rc.comm_select.empty(), ConfigError,
-             "recompute_comm.select_module is required when recompute_comm.enable is True");
+  // The configuration checked these (config/memory_checks.cpp): options that break them are a bug.
+  LOOM_ASSERT(rc.mode != Mode::full || !rc.full_layers.empty(), "full recompute without full_recompute_layer");
+  LOOM_ASSERT(rc.mode != Mode::select || !rc.select.empty() || !rc.full_layers.empty(),
+              "select recompute without select_module");
+  LOOM_ASSERT(!rc.comm_enable || !rc.comm_select.empty(), "communication recompute without select_module");
   if (sw.enable) {
-    LOOM_CHECK(sw.prefetch >= 1 && sw.prefetch <= num_layers - 1, ConfigError, "swap.default_prefetch is ",
-               sw.prefetch, " but must be in [1, num_layers-1] = [1, ", num_layers - 1, "]");
-    check_swap_range(sw.layers, sw.prefetch, num_layers, "swap.layer_swap");
-    for (const auto& op : sw.op_swap) check_swap_range(op.layers, sw.prefetch, num_layers, "swap.op_swap");
+    LOOM_ASSERT(sw.prefetch >= 1 && sw.prefetch <= num_layers - 1, "swap prefetch ", sw.prefetch,
+                " outside [1, num_layers - 1] with ", num_layers, " layers");
+    auto within_prefetch = [&](const std::set<int64_t>& swapped) {
+      return swapped.empty() || *swapped.rbegin() + sw.prefetch < num_layers;
+    };
+    LOOM_ASSERT(within_prefetch(sw.layers), "a swapped layer plus the prefetch passes the last layer");
+    for (const auto& op : sw.op_swap)
+      LOOM_ASSERT(within_prefetch(op.layers), "an op-swapped layer plus the prefetch passes the last layer");
   }
 
   std::vector<std::regex> select_re, comm_re, swap_re;

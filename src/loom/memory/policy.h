@@ -1,8 +1,10 @@
 // Memory policy: which layers are fully recomputed, which modules inside which layers are
 // selectively recomputed, which operations get communication recompute, which layers/modules
-// swap their activations. plan_memory() resolves the user's patterns against the model and
-// validates the combination (spec/memory_optimization.md "Combination Constraints");
-// apply_memory_plan() installs it by wrapping module forwards from outside.
+// swap their activations. The options come from the configuration, which checked every rule of
+// spec/memory_optimization.md it can without the model (config/memory_checks.cpp); plan_memory()
+// resolves the patterns against the built model's modules and refuses what only the module tree
+// shows (a module both recomputed and swapped); apply_memory_plan() installs the plan by
+// wrapping module forwards from outside.
 #pragma once
 
 #include <cstdint>
@@ -45,8 +47,9 @@ struct MemoryPlan {
   std::string summary() const;
 };
 
-// `layers` are the transformer layers present on this process (MTP layer i has index
-// num_layers + i). Throws ConfigError for invalid combinations.
+// `layers` are the transformer layers present on this process; `num_layers` counts every layer
+// of the model, MTP layers included (MTP layer i has index decoder layers + i), as the layer ids
+// of the options do. Throws ConfigError when a module would be both recomputed and swapped.
 MemoryPlan plan_memory(const std::vector<LayerRef>& layers, int64_t num_layers, const RecomputeOptions& recompute,
                        const SwapOptions& swap);
 

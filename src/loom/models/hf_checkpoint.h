@@ -1,6 +1,7 @@
 // HF model folders in and out: config.json plus model.safetensors, or shards named by
 // model.safetensors.index.json ({"metadata": {"total_size"}, "weight_map": {name: file}}).
-// load_hf_model is what checkpoint.load_path uses when it points at an HF folder.
+// load_hf_model reads a folder on its own (loom convert); a training run that starts from an HF
+// folder converts its weights for the model it built (from_hf_weights).
 #pragma once
 
 #include <cstdint>

@@ -2,8 +2,6 @@
 
 #include <cmath>
 
-#include "loom/core/error.h"
-
 namespace loom::models {
 
 namespace {
@@ -13,11 +11,16 @@ bool same_value(const KeyReader::Json& a, const KeyReader::Json& b) {
   return a == b;
 }
 
+const KeyReader::Json& empty_section() {
+  static const KeyReader::Json empty = KeyReader::Json::object();
+  return empty;
+}
+
 }  // namespace
 
-KeyReader::KeyReader(const Json& section, std::string prefix) : section_(section), prefix_(std::move(prefix)) {
-  LOOM_CHECK(section_.is_object(), ConfigError, prefix_, " must be a mapping of model fields, got ",
-             section_.dump());
+KeyReader::KeyReader(const Json& section, std::string prefix, std::vector<ModelIssue>& issues)
+    : section_(section.is_object() ? section : empty_section()), prefix_(std::move(prefix)), issues_(issues) {
+  check(section.is_object(), "", prefix_, " must be a mapping of model fields, got ", section.dump());
 }
 
 const KeyReader::Json* KeyReader::find(std::initializer_list<const char*> names, std::string* key) {
@@ -30,105 +33,116 @@ const KeyReader::Json* KeyReader::find(std::initializer_list<const char*> names,
     if (!found) {
       found = &*it;
       found_key = name;
-    } else if (!same_value(*found, *it)) {
-      LOOM_THROW(ConfigError, path(found_key), " = ", found->dump(), " and ", path(name), " = ",
-                 it->dump(), " name the same setting with different values; keep one of them");
+    } else {
+      check(same_value(*found, *it), name, path(found_key), " = ", found->dump(), " and ", path(name), " = ",
+            it->dump(), " name the same setting with different values; keep one of them");
     }
   }
   if (key) *key = found_key;
   return found;
 }
 
-std::optional<int64_t> KeyReader::get_int(std::initializer_list<const char*> names) {
+std::optional<int64_t> KeyReader::get_int(std::initializer_list<const char*> names, std::string* found) {
   std::string key;
   const Json* v = find(names, &key);
+  if (found) *found = key;
   if (!v) return std::nullopt;
   // HF writers sometimes store integral sizes as 4096.0; a fractional size is an error.
   if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>()) return static_cast<int64_t>(v->get<double>());
-  LOOM_CHECK(v->is_number_integer(), ConfigError, path(key), " must be an integer, got ", v->dump());
+  if (!check(v->is_number_integer(), key, path(key), " must be an integer, got ", v->dump())) return std::nullopt;
   return v->get<int64_t>();
 }
 
-std::optional<double> KeyReader::get_double(std::initializer_list<const char*> names) {
+std::optional<double> KeyReader::get_double(std::initializer_list<const char*> names, std::string* found) {
   std::string key;
   const Json* v = find(names, &key);
+  if (found) *found = key;
   if (!v) return std::nullopt;
-  LOOM_CHECK(v->is_number(), ConfigError, path(key), " must be a number, got ", v->dump());
+  if (!check(v->is_number(), key, path(key), " must be a number, got ", v->dump())) return std::nullopt;
   return v->get<double>();
 }
 
-std::optional<bool> KeyReader::get_bool(std::initializer_list<const char*> names) {
+std::optional<bool> KeyReader::get_bool(std::initializer_list<const char*> names, std::string* found) {
   std::string key;
   const Json* v = find(names, &key);
+  if (found) *found = key;
   if (!v) return std::nullopt;
-  LOOM_CHECK(v->is_boolean(), ConfigError, path(key), " must be true or false, got ", v->dump());
+  if (!check(v->is_boolean(), key, path(key), " must be true or false, got ", v->dump())) return std::nullopt;
   return v->get<bool>();
 }
 
-std::optional<std::string> KeyReader::get_string(std::initializer_list<const char*> names) {
+std::optional<std::string> KeyReader::get_string(std::initializer_list<const char*> names, std::string* found) {
   std::string key;
   const Json* v = find(names, &key);
+  if (found) *found = key;
   if (!v) return std::nullopt;
-  LOOM_CHECK(v->is_string(), ConfigError, path(key), " must be a string, got ", v->dump());
+  if (!check(v->is_string(), key, path(key), " must be a string, got ", v->dump())) return std::nullopt;
   return v->get<std::string>();
 }
 
-std::optional<DType> KeyReader::get_dtype(std::initializer_list<const char*> names) {
+std::optional<DType> KeyReader::get_dtype(std::initializer_list<const char*> names, std::string* found) {
   std::string key;
   const Json* v = find(names, &key);
+  if (found) *found = key;
   if (!v) return std::nullopt;
-  LOOM_CHECK(v->is_string(), ConfigError, path(key), " must be a dtype name such as \"float32\" or \"bfloat16\", got ",
-             v->dump());
+  if (!check(v->is_string(), key, path(key), " must be a dtype name such as \"float32\" or \"bfloat16\", got ",
+             v->dump()))
+    return std::nullopt;
   const std::string name = v->get<std::string>();
   DType d;
   try {
     d = dtype_from_name(name);
   } catch (const Error&) {
-    LOOM_THROW(ConfigError, path(key), " = \"", name, "\" is not a dtype; use float32, bfloat16, float16 or float64");
+    check(false, key, path(key), " = \"", name, "\" is not a dtype; use float32, bfloat16, float16 or float64");
+    return std::nullopt;
   }
-  LOOM_CHECK(is_floating(d), ConfigError, path(key), " = \"", name,
-             "\" is not a floating dtype; use float32, bfloat16, float16 or float64");
+  if (!check(is_floating(d), key, path(key), " = \"", name,
+             "\" is not a floating dtype; use float32, bfloat16, float16 or float64"))
+    return std::nullopt;
   return d;
 }
 
-std::optional<std::vector<std::string>> KeyReader::get_strings(std::initializer_list<const char*> names) {
+std::optional<std::vector<std::string>> KeyReader::get_strings(std::initializer_list<const char*> names, std::string* found) {
   std::string key;
   const Json* v = find(names, &key);
+  if (found) *found = key;
   if (!v) return std::nullopt;
-  std::vector<std::string> out;
   if (v->is_string()) return std::vector<std::string>{v->get<std::string>()};
-  LOOM_CHECK(v->is_array(), ConfigError, path(key), " must be a string or a list of strings, got ", v->dump());
-  for (const auto& e : *v) {
-    LOOM_CHECK(e.is_string(), ConfigError, path(key), " must be a string or a list of strings, got ", v->dump());
-    out.push_back(e.get<std::string>());
-  }
+  bool ok = v->is_array();
+  if (ok)
+    for (const auto& e : *v) ok &= e.is_string();
+  if (!check(ok, key, path(key), " must be a string or a list of strings, got ", v->dump())) return std::nullopt;
+  std::vector<std::string> out;
+  for (const auto& e : *v) out.push_back(e.get<std::string>());
   return out;
 }
 
-std::optional<std::vector<double>> KeyReader::get_doubles(std::initializer_list<const char*> names) {
+std::optional<std::vector<double>> KeyReader::get_doubles(std::initializer_list<const char*> names, std::string* found) {
   std::string key;
   const Json* v = find(names, &key);
+  if (found) *found = key;
   if (!v) return std::nullopt;
   if (v->is_number()) return std::vector<double>{v->get<double>()};
-  LOOM_CHECK(v->is_array(), ConfigError, path(key), " must be a number or a list of numbers, got ", v->dump());
+  bool ok = v->is_array();
+  if (ok)
+    for (const auto& e : *v) ok &= e.is_number();
+  if (!check(ok, key, path(key), " must be a number or a list of numbers, got ", v->dump())) return std::nullopt;
   std::vector<double> out;
-  for (const auto& e : *v) {
-    LOOM_CHECK(e.is_number(), ConfigError, path(key), " must be a number or a list of numbers, got ", v->dump());
-    out.push_back(e.get<double>());
-  }
+  for (const auto& e : *v) out.push_back(e.get<double>());
   return out;
 }
 
-std::optional<std::vector<int64_t>> KeyReader::get_ints(std::initializer_list<const char*> names) {
+std::optional<std::vector<int64_t>> KeyReader::get_ints(std::initializer_list<const char*> names, std::string* found) {
   std::string key;
   const Json* v = find(names, &key);
+  if (found) *found = key;
   if (!v) return std::nullopt;
-  LOOM_CHECK(v->is_array(), ConfigError, path(key), " must be a list of integers, got ", v->dump());
+  bool ok = v->is_array();
+  if (ok)
+    for (const auto& e : *v) ok &= e.is_number_integer();
+  if (!check(ok, key, path(key), " must be a list of integers, got ", v->dump())) return std::nullopt;
   std::vector<int64_t> out;
-  for (const auto& e : *v) {
-    LOOM_CHECK(e.is_number_integer(), ConfigError, path(key), " must be a list of integers, got ", v->dump());
-    out.push_back(e.get<int64_t>());
-  }
+  for (const auto& e : *v) out.push_back(e.get<int64_t>());
   return out;
 }
 

@@ -2,18 +2,17 @@
 
 #include "loom/models/accounting.h"
 #include "loom/models/hf_checkpoint.h"
+#include "loom/models/hf_weights.h"
 #include "loom/models/muon_info.h"
 #include "loom/models/registry.h"
 #include "loom/nn/moe.h"
 #include "loom/nn/router.h"
 #include "loom/nn/transformer_layer.h"
-#include "loom/train/config_json.h"
 
 namespace loom::train {
 
-CausalLMModel::CausalLMModel(models::ModelArgs args, std::shared_ptr<nn::CausalLM> model,
-                             nlohmann::ordered_json section)
-    : args_(std::move(args)), model_(std::move(model)), section_(std::move(section)) {}
+CausalLMModel::CausalLMModel(models::ModelArgs args, std::shared_ptr<nn::CausalLM> model)
+    : args_(std::move(args)), model_(std::move(model)) {}
 
 namespace {
 // Token ids at or above vocab_size mean the data and the model disagree on the vocabulary: say
@@ -120,15 +119,15 @@ std::vector<optim::QkClipLayer> CausalLMModel::take_qk_clip_inputs() {
 }
 
 std::map<std::string, Tensor> CausalLMModel::load_hf(const std::string& dir) {
-  return models::load_hf_model(dir, section_).state;
+  // The folder's weights for the model this run built (from the configuration's model section);
+  // a folder of another shape fails the conversion, which names the tensors that differ.
+  return models::from_hf_weights(args_, models::read_hf_tensors(dir), dir);
 }
 
 std::map<int64_t, std::vector<int64_t>> CausalLMModel::tokens_per_expert() const { return last_tokens_per_expert_; }
 
-std::unique_ptr<TrainModel> build_causal_lm(const config::ModelConfig& model_section) {
-  nlohmann::ordered_json section = model_json(model_section);
-  models::BuiltModel built = models::build_model(section);
-  return std::make_unique<CausalLMModel>(std::move(built.args), std::move(built.model), std::move(section));
+std::unique_ptr<TrainModel> build_causal_lm(const models::ModelArgs& args) {
+  return std::make_unique<CausalLMModel>(args, models::build_model(args));
 }
 
 }  // namespace loom::train

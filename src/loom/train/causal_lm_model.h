@@ -5,7 +5,6 @@
 
 #include <memory>
 
-#include "loom/config/sections.h"
 #include "loom/models/model_args.h"
 #include "loom/nn/causal_lm.h"
 #include "loom/train/train_model.h"
@@ -14,8 +13,7 @@ namespace loom::train {
 
 class CausalLMModel : public TrainModel {
  public:
-  // `section` is the config's model section (re-applied over an HF folder's config.json).
-  CausalLMModel(models::ModelArgs args, std::shared_ptr<nn::CausalLM> model, nlohmann::ordered_json section);
+  CausalLMModel(models::ModelArgs args, std::shared_ptr<nn::CausalLM> model);
 
   nn::Module& module() override { return *model_; }
   ForwardResult forward(const data::Batch& batch, const nn::ForwardOptions& options) override;
@@ -38,11 +36,10 @@ class CausalLMModel : public TrainModel {
  private:
   models::ModelArgs args_;
   std::shared_ptr<nn::CausalLM> model_;
-  nlohmann::ordered_json section_;
   std::map<int64_t, std::vector<int64_t>> last_tokens_per_expert_;
 };
 
-// The ModelFactory the `loom train` command uses: the registry, from the model section.
-std::unique_ptr<TrainModel> build_causal_lm(const config::ModelConfig& model_section);
+// The ModelFactory the `loom train` command uses: the registry's model for the resolved arguments.
+std::unique_ptr<TrainModel> build_causal_lm(const models::ModelArgs& args);
 
 }  // namespace loom::train

@@ -24,23 +24,4 @@ nlohmann::ordered_json lr_scheduler_json(const config::LrSchedulerConfig& c) {
   return j;
 }
 
-nlohmann::ordered_json train_dataset_json(const config::TrainDatasetConfig& c) {
-  nlohmann::ordered_json dl = {{"type", c.dataloader.type},
-                               {"shuffle", c.dataloader.shuffle},
-                               {"column_names", c.dataloader.column_names}};
-  append_extras(dl, c.dataloader.extras);
-  return {{"dataloader", dl},
-          {"drop_remainder", c.drop_remainder},
-          {"num_parallel_workers", c.num_parallel_workers},
-          {"prefetch_size", c.prefetch_size}};
-}
-
-nlohmann::ordered_json model_json(const config::ModelConfig& c) {
-  nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  if (c.model_type) j["model_type"] = *c.model_type;
-  if (c.architectures) j["architectures"] = *c.architectures;
-  append_extras(j, c.extras);
-  return j;
-}
-
 }  // namespace loom::train

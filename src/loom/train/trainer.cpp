@@ -9,13 +9,12 @@
 #include "loom/autograd/engine.h"
 #include "loom/autograd/grad_mode.h"
 #include "loom/config/config.h"
-#include "loom/config/parallel_layout.h"
+#include "loom/config/model_section.h"
 #include "loom/core/allocator.h"
 #include "loom/core/log.h"
 #include "loom/core/parallel.h"
 #include "loom/core/rng.h"
 #include "loom/core/trace.h"
-#include "loom/data/loader_options.h"
 #include "loom/dist/sharded_checkpoint.h"
 #include "loom/optim/grad_norm.h"
 #include "loom/optim/lr_scheduler.h"
@@ -24,7 +23,6 @@
 #include "loom/train/config_json.h"
 #include "loom/train/distributed.h"
 #include "loom/train/hardware.h"
-#include "loom/train/memory_setup.h"
 
 namespace loom::train {
 
@@ -53,8 +51,14 @@ void clear_stop_request() { g_stop.store(false); }
 
 // ---- Construction ----------------------------------------------------------------------------
 
-Trainer::Trainer(config::TrainConfig config, const ModelFactory& model_factory, TrainerOptions options)
-    : config_(std::move(config)), model_factory_(model_factory), options_(std::move(options)) {
+Trainer::Trainer(config::LoadedConfig loaded, const ModelFactory& model_factory, TrainerOptions options)
+    : config_(std::move(loaded.config)), model_factory_(model_factory), options_(std::move(options)) {
+  LOOM_CHECK(loaded.resolved.has_value(), ValueError, "Trainer: the configuration was loaded without a world size; "
+             "load it with LoadOptions::world_size = ", options_.world_size);
+  LOOM_CHECK(loaded.resolved->layout.world_size == options_.world_size, ValueError, "Trainer: the configuration was "
+             "resolved for ", loaded.resolved->layout.world_size, " ranks but TrainerOptions::world_size is ",
+             options_.world_size);
+  resolved_ = std::move(*loaded.resolved);
   build();
 }
 
@@ -77,13 +81,9 @@ void Trainer::build() {
   peak_gflops_ = peak_flops(num_threads()).gflops * options_.world_size;
   manual_seed(static_cast<uint64_t>(config_.training.seed));
 
-  // Parallel layout and gradient accumulation (the spec's rules, shared with check-config).
-  const config::ParallelLayout layout = config::resolve_layout(config_, options_.world_size);
+  // Parallel layout and gradient accumulation, resolved with the configuration (check-config's too).
+  const config::ParallelLayout& layout = resolved_.layout;
   state_.num_accumulation_steps = layout.num_accumulation_steps;
-  if (layout.samples_per_step != config_.training.global_batch_size)
-    log::warn("training.global_batch_size ", config_.training.global_batch_size, " is not a multiple of data_parallel × "
-              "local_batch_size = ", layout.samples_per_micro_step, ": each step trains on ", layout.samples_per_step,
-              " samples (", layout.num_accumulation_steps, " micro-batches)");
   check_distributed_support(config_, layout);
 
   build_mesh(layout);
@@ -131,17 +131,15 @@ void Trainer::build_mesh(const config::ParallelLayout& layout) {
 void Trainer::build_model() {
   // Built on the meta device, parallelized (strategies in the documented order, the memory policy
   // among them), then each rank initialises its own pieces with the one-process values.
-  model_ = model_factory_(config_.model);
+  model_ = model_factory_(resolved_.model_args());
   LOOM_CHECK(model_ != nullptr, ConfigError, "model: no model was built");
   const int64_t total_layers = model_->num_layers() + model_->num_mtp_layers();
-  const memory::RecomputeOptions rc = recompute_options(config_.recompute, config_.recompute_comm, total_layers);
-  const memory::SwapOptions sw = swap_options(config_.swap, total_layers);
   dist::ParallelizeOptions po;
   po.fsdp = fsdp_options(config_.parallelism, mesh_->dims());
-  po.memory_policy = [this, rc, sw](nn::Module& module) {
+  po.memory_policy = [this, total_layers](nn::Module& module) {
     auto layers = model_->layers();
-    memory::MemoryPlan plan = memory::plan_memory(layers, model_->num_layers(), rc, sw);
-    memory_state_ = memory::apply_memory_plan(module, layers, plan, rc);
+    memory::MemoryPlan plan = memory::plan_memory(layers, total_layers, resolved_.recompute, resolved_.swap);
+    memory_state_ = memory::apply_memory_plan(module, layers, plan, resolved_.recompute);
   };
   parallel_ = dist::parallelize(model_->module(), mesh_, po);
   parallel_->materialize(static_cast<uint64_t>(config_.training.seed));
@@ -153,7 +151,7 @@ void Trainer::build_model() {
 void Trainer::build_data(const config::ParallelLayout& layout) {
   const auto& dims = layout.dims;
   data::ShardInfo shard = data::data_parallel_shard(options_.rank, options_.world_size, dims.tp(), dims.cp(), dims.pp());
-  loader_ = data::build_data_loader(train_dataset_json(config_.train_dataset), config_.training.local_batch_size, shard);
+  loader_ = data::build_data_loader(resolved_.loader_options(), config_.training.local_batch_size, shard);
   seq_length_ = loader_->sample_options().sequence_length;
 }
 
@@ -282,7 +280,7 @@ CheckpointContents Trainer::checkpoint_contents() {
   c.global_batch_size = config_.training.global_batch_size;
   c.consumed_samples = state_.consumed_samples;
   c.model = model_->module().state_dict();
-  c.model_config = model_json(config_.model);
+  c.model_config = config::model_section_json(config_.model);
   if (!config_.checkpoint.no_save_optim) c.optimizer = optimizer_->state_dict();
   shard_checkpoint_contents(c, model_->module(), mesh_->world(), config_.checkpoint.prefix,
                             config_.checkpoint.remove_redundancy);

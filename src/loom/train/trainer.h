@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "loom/config/sections.h"
+#include "loom/config/config.h"
 #include "loom/data/data_loader.h"
 #include "loom/config/parallel_layout.h"
 #include "loom/dist/device_mesh.h"
@@ -31,9 +31,9 @@
 
 namespace loom::train {
 
-// Builds the model described by the config's model section (on the meta device; the trainer
-// applies memory policies and materialises it).
-using ModelFactory = std::function<std::unique_ptr<TrainModel>(const config::ModelConfig&)>;
+// Builds the model the configuration resolved (on the meta device; the trainer applies memory
+// policies and materialises it).
+using ModelFactory = std::function<std::unique_ptr<TrainModel>(const models::ModelArgs&)>;
 
 struct TrainerOptions {
   std::string run_dir;   // where config, log, metrics and (by default) checkpoints go
@@ -66,13 +66,16 @@ struct TrainSummary {
 
 class Trainer {
  public:
-  Trainer(config::TrainConfig config, const ModelFactory& model_factory, TrainerOptions options);
+  // `loaded` must be resolved for options.world_size ranks (LoadOptions::world_size): the trainer
+  // takes the layout, model, memory and loader options from it and resolves nothing again.
+  Trainer(config::LoadedConfig loaded, const ModelFactory& model_factory, TrainerOptions options);
   ~Trainer();
 
   TrainSummary train();
 
   // For callbacks and tests.
   const config::TrainConfig& config() const { return config_; }
+  const config::ResolvedConfig& resolved() const { return resolved_; }
   TrainState& state() { return state_; }
   TrainModel& model() { return *model_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
@@ -110,6 +113,7 @@ class Trainer {
   void fire(void (Callback::*event)(CallbackContext&), StepMetrics* metrics = nullptr);
 
   config::TrainConfig config_;
+  config::ResolvedConfig resolved_;
   ModelFactory model_factory_;
   TrainerOptions options_;
   TrainState state_;

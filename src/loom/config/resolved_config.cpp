@@ -1,0 +1,81 @@
+#include "loom/config/resolved_config.h"
+
+#include "loom/config/checks.h"
+#include "loom/core/error.h"
+
+namespace loom::config {
+
+namespace {
+
+[[noreturn]] void throw_problems(const std::vector<std::string>& lines, const std::string& source) {
+  LOOM_ASSERT(!lines.empty());
+  std::string all;
+  for (std::size_t i = 0; i < lines.size(); ++i) all += (i ? "\n" : "") + lines[i];
+  if (lines.size() > 1) all += "\n(" + std::to_string(lines.size()) + " configuration errors in " + source + ")";
+  throw ConfigError(all);
+}
+
+std::string gap_source(const std::vector<std::string>& gaps) {
+  // Every gap starts with its position; the file is what precedes the first ':'.
+  return gaps.empty() ? std::string("<config>") : gaps.front().substr(0, gaps.front().find(':'));
+}
+
+}  // namespace
+
+void ResolvedConfig::require_runnable() const {
+  if (!gaps.empty()) throw_problems(gaps, gap_source(gaps));
+}
+
+const models::ModelArgs& ResolvedConfig::model_args() const {
+  if (!model) require_runnable();
+  return *model;
+}
+
+const data::LoaderOptions& ResolvedConfig::loader_options() const {
+  if (!loader) require_runnable();
+  return *loader;
+}
+
+namespace detail {
+
+std::optional<ResolvedConfig> resolve(const TrainConfig& c, std::optional<int> world_size, Diagnostics& diag) {
+  // The sections other layers consume, each read once; the rules below judge what they say.
+  models::ModelReading model = read_model_section(c, diag);
+  LoaderReading loader = read_loader_options(c, diag);
+  check_sections(c, diag);
+  ParallelChecks parallel = check_parallelism(c, model.args, loader.options.config, diag);
+  check_optimizer(c, model.args, diag);
+  MemoryOptions memory = check_memory(c, model.args, diag);
+  if (!world_size || !parallel.degrees_valid) return std::nullopt;
+  std::optional<ParallelLayout> layout = resolve_layout(c, *world_size, std::move(parallel.pipeline), diag);
+  if (!layout || diag.has_errors()) return std::nullopt;
+
+  ResolvedConfig r;
+  r.layout = std::move(*layout);
+  r.recompute = std::move(memory.recompute);
+  r.swap = std::move(memory.swap);
+  for (const auto& gap : model.gaps) r.gaps.push_back(diag.positioned(gap.path, gap.message));
+  r.gaps.insert(r.gaps.end(), loader.gaps.begin(), loader.gaps.end());
+  if (model.gaps.empty()) r.model = std::move(model.args);
+  if (loader.gaps.empty()) r.loader = std::move(loader.options);
+  return r;
+}
+
+}  // namespace detail
+
+std::optional<ResolvedConfig> resolve_config(const TrainConfig& config, int world_size, Diagnostics& diag) {
+  return detail::resolve(config, world_size, diag);
+}
+
+ResolvedConfig resolve_config(const TrainConfig& config, int world_size) {
+  const std::string source = config.source.empty() ? "<config>" : config.source;
+  Diagnostics diag(source, config.marks);
+  std::optional<ResolvedConfig> resolved = detail::resolve(config, world_size, diag);
+  std::vector<std::string> problems = diag.errors();
+  if (resolved) problems.insert(problems.end(), resolved->gaps.begin(), resolved->gaps.end());
+  if (!problems.empty()) throw_problems(problems, source);
+  LOOM_ASSERT(resolved.has_value());
+  return std::move(*resolved);
+}
+
+}  // namespace loom::config
