@@ -7,22 +7,6 @@
 
 namespace loom::train {
 
-void check_distributed_support(const config::TrainConfig& config, const config::ParallelLayout& layout) {
-  const auto& p = config.parallelism;
-  const std::pair<const char*, int> unsupported[] = {{"tensor_parallel", p.tensor_parallel},
-                                                     {"context_parallel", p.context_parallel},
-                                                     {"pipeline_parallel", p.pipeline_parallel},
-                                                     {"expert_parallel", p.expert_parallel}};
-  for (const auto& [field, value] : unsupported)
-    LOOM_CHECK(value == 1, ConfigError, "parallelism.", field, " is ", value,
-               ", but this build trains data-parallel layouts only (FSDP/HSDP through data_parallel_shard); set "
-               "parallelism.", field, ": 1");
-  LOOM_CHECK(config.optimizer.type != "Muon" || layout.dims.fsdp() == 1, ConfigError,
-             "optimizer.type Muon needs whole weight matrices for its Newton-Schulz step, but parallelism shards them over ",
-             layout.dims.fsdp(), " ranks (data_parallel_shard ", p.data_parallel_shard,
-             "); use AdamW, or set parallelism.data_parallel_shard: 1 to replicate the weights (plain data parallelism)");
-}
-
 dist::FsdpOptions fsdp_options(const config::ParallelismConfig& parallelism, const dist::ParallelDims& dims) {
   dist::FsdpOptions o;
   o.reshard_after_forward_policy = parallelism.reshard_after_forward_policy;

@@ -1,5 +1,5 @@
-// The trainer's parallel pieces (semantics.md §1.2, spec parallel_training.md): which layouts
-// this build trains, the FSDP options from the parallelism section, the QK-clip maxima every rank
+// The trainer's parallel pieces (semantics.md §1.2, spec parallel_training.md): the FSDP options
+// from the parallelism section, the QK-clip maxima every rank
 // must agree on, and the sharded checkpoint contents. They work on a mesh of any size (one
 // process included), so the trainer calls them unconditionally.
 #pragma once
@@ -18,10 +18,6 @@
 #include "loom/train/checkpoint.h"
 
 namespace loom::train {
-
-// ConfigError for layouts this build cannot train yet (tensor/context/pipeline/expert parallelism
-// arrive with later issues; Muon needs whole matrices, so no FSDP sharding with it).
-void check_distributed_support(const config::TrainConfig& config, const config::ParallelLayout& layout);
 
 dist::FsdpOptions fsdp_options(const config::ParallelismConfig& parallelism, const dist::ParallelDims& dims);
 

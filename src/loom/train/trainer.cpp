@@ -59,6 +59,7 @@ Trainer::Trainer(config::LoadedConfig loaded, const ModelFactory& model_factory,
              "resolved for ", loaded.resolved->layout.world_size, " ranks but TrainerOptions::world_size is ",
              options_.world_size);
   resolved_ = std::move(*loaded.resolved);
+  resolved_.require_runnable();
   build();
 }
 
@@ -84,7 +85,6 @@ void Trainer::build() {
   // Parallel layout and gradient accumulation, resolved with the configuration (check-config's too).
   const config::ParallelLayout& layout = resolved_.layout;
   state_.num_accumulation_steps = layout.num_accumulation_steps;
-  check_distributed_support(config_, layout);
 
   build_mesh(layout);
   build_model();
