@@ -286,6 +286,19 @@ def tensor(args, work):
             if rel > 1e-6:
                 raise SystemExit("FAIL: %s %s step-1 loss %.17g vs one process %.17g" % (arch, name, got[1], ref[1]))
             compare("%s %s" % (arch, name), got, ref, 1e-5)
+    # Checkpoints of tensor-parallel shards (fc1's gate/up blocks inside FSDP rows: chunks of
+    # several pieces) resume under other layouts and continue the one-process curve.
+    ref, ref_dir = run(args, work, "llama_reference", 1, save=True)
+    saved, saved_dir = run(args, work, "llama_tp2_fsdp2_saving", 4, save=True, parallel_extra="\n  tensor_parallel: 2")
+    compare("tp2 x fsdp2 (saving)", saved, ref, 1e-5)
+    ckpt = os.path.join(saved_dir, "checkpoints", "iteration_00000010")
+    one, _ = run(args, work, "resume_tp2_fsdp2_to_1", 1, load_path=ckpt)
+    compare("saved by tp2 x fsdp2, resumed by 1", one, ref, 1e-5, first=11)
+    got, _ = run(args, work, "resume_tp2_fsdp2_to_tp4", 4, load_path=ckpt, parallel_extra="\n  tensor_parallel: 4")
+    compare("saved by tp2 x fsdp2, resumed by tp4", got, ref, 1e-5, first=11)
+    got, _ = run(args, work, "resume_1_to_tp2", 2, load_path=os.path.join(ref_dir, "checkpoints", "iteration_00000010"),
+                 parallel_extra="\n  tensor_parallel: 2")
+    compare("saved by 1, resumed by tp2", got, ref, 1e-5, first=11)
 
 
 def launch(args, work):
