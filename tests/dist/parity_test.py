@@ -27,6 +27,7 @@ import time
 MPI_FLAGS = ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include",
              "lo", "--mca", "mpi_yield_when_idle", "1"]
 STEPS = 20
+GRAD_NORMS = {}  # (run name, step) -> logged grad norm
 
 CONFIG = """
 training:
@@ -170,6 +171,7 @@ def run(args, work, name, world, shard=-1, steps=STEPS, save=False, load_path=""
         for line in f:
             row = json.loads(line)
             losses[row["step"]] = row["loss"]
+            GRAD_NORMS[(name, row["step"])] = row["grad_norm"]
     print("%-24s %d process(es) %5.1fs  first loss %.9f  last %.9f" % (name, world, time.time() - t0, losses[min(losses)],
                                                                           losses[max(losses)]))
     return losses, run_dir
@@ -285,6 +287,9 @@ def tensor(args, work):
             rel = abs(got[1] - ref[1]) / abs(ref[1])
             if rel > 1e-6:
                 raise SystemExit("FAIL: %s %s step-1 loss %.17g vs one process %.17g" % (arch, name, got[1], ref[1]))
+            g, r = GRAD_NORMS[("%s_%s" % (arch, name), 1)], GRAD_NORMS[(arch + "_one_process", 1)]
+            if abs(g - r) > 1e-6 * r:
+                raise SystemExit("FAIL: %s %s step-1 grad norm %.17g vs one process %.17g" % (arch, name, g, r))
             compare("%s %s" % (arch, name), got, ref, 1e-5)
     # Checkpoints of tensor-parallel shards (fc1's gate/up blocks inside FSDP rows: chunks of
     # several pieces) resume under other layouts and continue the one-process curve.
