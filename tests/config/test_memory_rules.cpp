@@ -131,10 +131,10 @@ TEST(SwapRules, EntryStructure) {
             std::string::npos);
 }
 
-// "layer_swap actually takes only the first entry".
-TEST(SwapRules, OnlyTheFirstLayerSwapEntryIsUsed) {
+// The reference: "layer_swap actually takes only the first entry"; Loom merges them and says so.
+TEST(SwapRules, SeveralLayerSwapEntriesAreMergedWithAWarning) {
   EXPECT_NE(warnings("swap:\n  enable: true\n  layer_swap:\n    - layers: ['0']\n    - layers: ['2']\n")
-                .find("only the first entry is used (1 more ignored)"),
+                .find("has 2 entries: Loom swaps the layers of all of them, where the reference uses only the first"),
             std::string::npos);
 }
 

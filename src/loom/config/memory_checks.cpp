@@ -218,13 +218,14 @@ MemoryOptions check_memory(const TrainConfig& c, const models::ModelArgs& model,
       check_prefetch(ranges, p + ".layers");
       const auto ids = layer_ids(ranges);
       if (i == 0) swap_layers = ids;
-      // The trainer has always swapped the layers of every entry (docs/memory.md), although the
-      // spec's reference, and the warning below, keep only the first.
+      // A deliberate difference (docs/memory.md): Loom swaps the layers of every entry, where the
+      // reference silently keeps only the first; the warning says so.
       swap.layers.insert(ids.begin(), ids.end());
     }
     if (sw.layer_swap->size() > 1)
-      diag.warn("swap.layer_swap", "only the first entry is used (" + std::to_string(sw.layer_swap->size() - 1) +
-                                       " more ignored); put every layer to swap in the first entry's layers");
+      diag.warn("swap.layer_swap", "has " + std::to_string(sw.layer_swap->size()) + " entries: Loom swaps the "
+                "layers of all of them, where the reference uses only the first (spec memory_optimization.md); "
+                "a file written for the reference may swap more layers here");
   }
   std::vector<Selection> op_swaps;
   if (sw.op_swap) {
