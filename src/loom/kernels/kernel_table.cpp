@@ -16,7 +16,7 @@ namespace {
 #define LOOM_KERNEL_ENTRIES(X)                                                                  \
   X(binary) X(unary) X(affine) X(add_) X(scale_) X(gelu) X(gelu_backward) X(silu_backward)     \
   X(sigmoid_backward) X(swiglu) X(swiglu_backward) X(swiglu_packed) X(swiglu_packed_backward)  \
-  X(sum) X(sum_to_shape)                                                                        \
+  X(sum) X(sum_to_shape) X(max_value)                                                           \
   X(embedding) X(embedding_backward) X(gather) X(scatter) X(index_add) X(index_select) X(topk) \
   X(gemm) X(matmul_2d) X(bmm)                                                                   \
   X(attention_forward) X(attention_backward)                                                    \

@@ -49,6 +49,7 @@ struct KernelTable {
   // ---- Reductions (cpu/reduce.h) ----
   Tensor (*sum)(const Tensor& x, const std::vector<int>& dims, bool keepdim);
   Tensor (*sum_to_shape)(const Tensor& x, const Shape& shape);
+  double (*max_value)(const Tensor& x);
 
   // ---- Gather / scatter (cpu/index.h) ----
   Tensor (*embedding)(const Tensor& ids, const Tensor& weight, const VocabShard* shard);

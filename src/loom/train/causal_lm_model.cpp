@@ -1,5 +1,6 @@
 #include "loom/train/causal_lm_model.h"
 
+#include "loom/kernels/kernel_table.h"
 #include "loom/models/accounting.h"
 #include "loom/models/hf_checkpoint.h"
 #include "loom/models/hf_weights.h"
@@ -18,11 +19,8 @@ namespace {
 // Token ids at or above vocab_size mean the data and the model disagree on the vocabulary: say
 // so in those terms instead of as an embedding index error.
 void check_token_ids(const Tensor& ids, int64_t vocab_size, const char* what) {
-  if (!ids.defined()) return;
-  Tensor c = ids.to(DType::i64).contiguous();
-  const int64_t* p = c.data<int64_t>();
-  int64_t worst = -1;
-  for (int64_t i = 0; i < c.numel(); ++i) worst = std::max(worst, p[i]);
+  if (!ids.defined() || ids.numel() == 0) return;
+  const auto worst = static_cast<int64_t>(kernels::for_tensor(ids, "token id check").max_value(ids));
   LOOM_CHECK(worst < vocab_size, ConfigError, "the training data holds ", what, " ", worst,
              " but model.vocab_size is ", vocab_size, ": the data was tokenized with a larger "
              "vocabulary. Set model.vocab_size to at least the tokenizer's vocabulary size, or "

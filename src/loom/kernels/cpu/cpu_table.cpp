@@ -34,6 +34,7 @@ KernelTable kernel_table() {
 
   t.sum = &sum;
   t.sum_to_shape = &sum_to_shape;
+  t.max_value = &max_value;
 
   t.embedding = &embedding;
   t.embedding_backward = &embedding_backward;

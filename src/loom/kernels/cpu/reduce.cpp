@@ -104,34 +104,28 @@ Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
   return s.reshape(shape);
 }
 
-void max_last_dim(const Tensor& x, Tensor& values, Tensor& indices) {
-  check_floating(x, "max", "input");
-  LOOM_CHECK(x.dim() >= 1 && x.shape()[x.dim() - 1] > 0, ShapeError, "max: input ", x.shape().str(),
-             " has an empty last dimension");
-  Tensor xc = x.contiguous();
-  const int64_t cols = x.shape()[x.dim() - 1], rows = x.numel() / cols;
-  Shape out_shape = x.shape();
-  out_shape.pop_back();
-  values = Tensor::empty(out_shape, x.dtype());
-  indices = Tensor::empty(out_shape, DType::i64);
-  LOOM_DISPATCH_FLOATING(x.dtype(), "max", [&] {
-    const scalar_t* px = xc.data<scalar_t>();
-    scalar_t* pv = values.data<scalar_t>();
-    int64_t* pi = indices.data<int64_t>();
-    parallel_for(0, rows, 64, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        const scalar_t* p = px + r * cols;
-        double best = -std::numeric_limits<double>::infinity();
-        int64_t arg = 0;
-        for (int64_t c = 0; c < cols; ++c) {
-          double v = cast_scalar<double>(p[c]);
-          if (v > best || std::isnan(v)) { best = v; arg = c; if (std::isnan(v)) break; }
-        }
-        pv[r] = cast_scalar<scalar_t>(best);
-        pi[r] = arg;
+double max_value(const Tensor& x) {
+  LOOM_CHECK(x.numel() > 0, ShapeError, "max_value: the tensor ", x.shape().str(), " is empty");
+  Tensor c = x.contiguous();
+  const int64_t n = c.numel();
+  switch (c.dtype()) {
+    case DType::i32: return static_cast<double>(*std::max_element(c.data<int32_t>(), c.data<int32_t>() + n));
+    case DType::i64: return static_cast<double>(*std::max_element(c.data<int64_t>(), c.data<int64_t>() + n));
+    default: break;
+  }
+  double best = -std::numeric_limits<double>::infinity();
+  LOOM_DISPATCH_FLOATING(c.dtype(), "max_value", [&] {
+    const scalar_t* p = c.data<scalar_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = cast_scalar<double>(p[i]);
+      if (std::isnan(v)) {
+        best = v;  // NaN wins, as in a reduction that propagates it
+        break;
       }
-    });
+      best = std::max(best, v);
+    }
   });
+  return best;
 }
 
 }  // namespace loom::kernels::cpu

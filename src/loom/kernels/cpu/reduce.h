@@ -13,8 +13,8 @@ Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim);
 // Reduces a broadcast result back to `shape` (sums the broadcast dimensions): the backward of
 // broadcasting.
 Tensor sum_to_shape(const Tensor& x, const Shape& shape);
-// Max over the last dim (values and indices as i64).
-void max_last_dim(const Tensor& x, Tensor& values, Tensor& indices);
+// The largest element of x (int32/int64 or floating; NaN when any element is NaN).
+double max_value(const Tensor& x);
 // (The fixed-order sum of squares behind grad norms is sum_squares in optimizer.h.)
 
 }  // namespace loom::kernels::cpu
