@@ -29,6 +29,17 @@ void max_over_ranks(dist::ProcessGroup& world, std::vector<optim::QkClipLayer>& 
     for (float& v : l.max_logits) v = flat[k++];
 }
 
+void gather_heads(dist::ProcessGroup& tp, std::vector<optim::QkClipLayer>& layers) {
+  if (tp.size() == 1) return;
+  // Tensor parallelism splits the heads in contiguous blocks by rank: gathering in rank order
+  // restores the global head order.
+  for (auto& l : layers) {
+    std::vector<float> all(l.max_logits.size() * static_cast<size_t>(tp.size()));
+    tp.all_gather(std::span<const float>(l.max_logits), std::span<float>(all));
+    l.max_logits = std::move(all);
+  }
+}
+
 void shard_checkpoint_contents(CheckpointContents& c, nn::Module& module, dist::ProcessGroup& world,
                                const std::optional<std::string>& prefix, bool remove_redundancy) {
   auto entries = dist::checkpoint_entries(module, c.model, c.optimizer);

@@ -21,6 +21,9 @@ namespace loom::train {
 
 dist::FsdpOptions fsdp_options(const config::ParallelismConfig& parallelism, const dist::ParallelDims& dims);
 
+// QK-clip inputs of this rank's heads (tensor parallelism splits them) in global head order.
+void gather_heads(dist::ProcessGroup& tp, std::vector<optim::QkClipLayer>& layers);
+
 // QK-clip inputs: per-head maxima over every rank.
 void max_over_ranks(dist::ProcessGroup& world, std::vector<optim::QkClipLayer>& layers);
 

@@ -316,6 +316,7 @@ int64_t Trainer::train_step(StepMetrics& m) {
   if (accept_update(r.loss, grad_norm)) {
     if (optimizer_->uses_qk_clip()) {
       auto qk = model_->take_qk_clip_inputs();
+      gather_heads(mesh_->group("tp"), qk);
       max_over_ranks(mesh_->world(), qk);
       optimizer_->set_qk_clip_inputs(std::move(qk));
     }
