@@ -4,13 +4,14 @@
 //   async      iall_gather started, the same GEMM, wait()
 // and the overlap fraction (blocking - async) / min(comm, gemm): 1 when the shorter of the two
 // hides completely behind the other, 0 when nothing overlaps. Each time is the slowest rank's
-// after a barrier, median over --reps (blocking and async runs alternate). Prints the CPU, the MPI library and transport, then one
-// RESULT {json} line per size from rank 0. Run it at no more ranks than cores, one compute thread
-// per rank (bench/comm_overlap.sh). --gemm-on rank0 leaves the other ranks idle: where every core
-// computes, the communication thread has none to copy on; with a core free it shows what the
-// scheme overlaps when it gets one.
+// after a barrier, median over --reps (blocking and async runs alternate). Also the async gather
+// alone, and how much of a core its communication thread keeps busy. Prints the CPU, the MPI
+// library and transport, then one RESULT {json} line per size from rank 0. Run it at no more
+// ranks than cores, one compute thread per rank (bench/comm_overlap.sh). --gemm-on rank0 leaves
+// the other ranks idle: where every core computes, the communication thread has none to copy on;
+// with a core free it shows what the scheme overlaps when it gets one.
 //
-//   mpirun -np 2 --bind-to none build/bench/bench_comm_overlap --mb 4,16,64 --reps 7
+//   mpirun -np 2 --bind-to none build/bench/bench_comm_overlap --mb 4,16,64 --reps 11
 #include <algorithm>
 #include <chrono>
 #include <cmath>
