@@ -153,13 +153,13 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     std::vector<double> async_alone;
     double cpu_s = 0, wall_s = 0;
     for (int i = 0; i < reps; ++i) {
-      const double c0 = process_cpu_seconds();
-      const double t = timed(world, [&] {
+      async_alone.push_back(timed(world, [&] {
+        const double c0 = process_cpu_seconds();
+        const auto t0 = Clock::now();
         world.iall_gather(std::span<const float>(mine), std::span<float>(gathered))->wait();
-      });
-      cpu_s += process_cpu_seconds() - c0;
-      wall_s += t;
-      async_alone.push_back(t);
+        wall_s += seconds_since(t0);
+        cpu_s += process_cpu_seconds() - c0;
+      }));
     }
     const double t_async_alone = median(async_alone);
     const double comm_cpu = world.all_reduce_scalar(cpu_s / wall_s, dist::ReduceOp::max);
