@@ -4,7 +4,6 @@
 #include <sys/prctl.h>
 
 #include <algorithm>
-
 #include <condition_variable>
 #include <deque>
 #include <mutex>

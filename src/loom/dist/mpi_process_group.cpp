@@ -258,7 +258,8 @@ namespace {
 class MpiTransfer final : public PendingTransfer {
  public:
   using Count = std::function<void(int64_t sent, int64_t received)>;
-  MpiTransfer(const char* op, std::string axis, int peer, int tag, DType dtype, int64_t count, bool receives, Count count_bytes)
+  MpiTransfer(const char* op, std::string axis, int peer, int tag, DType dtype, int64_t count, bool receives,
+              Count count_bytes)
       : op_(op), axis_(std::move(axis)), peer_(peer), tag_(tag), dtype_(dtype), count_(count), receives_(receives),
         count_bytes_(std::move(count_bytes)) {}
 

@@ -12,12 +12,13 @@
 // Every collective runs under the watchdog (watchdog.h): one that does not finish within the
 // timeout aborts every rank, naming the rank, the op and the mesh axis.
 //
-// Every op also comes asynchronous (iall_gather, isend, ...): it starts and returns a handle
-// (work.h) to wait on, so a transfer advances while kernels run. A group runs its collectives in
-// issue order, blocking and asynchronous alike, on a communication thread of its own that it
-// starts at its first asynchronous op; a blocking call waits for the queued ones, then runs inline
-// on the caller (comm_thread.h explains the scheme and why it is a thread). Results and byte
-// counts do not depend on which way an op was issued. A group is driven by one thread at a time.
+// Every op but barrier also comes asynchronous (iall_gather, isend, ...): it starts and returns
+// a handle (work.h) to wait on, so a transfer advances while kernels run. A group runs its
+// collectives in issue order, blocking and asynchronous alike: the asynchronous ones on a
+// communication thread of its own, started by its first asynchronous op; a blocking call waits
+// for the queued ones, then runs inline on the caller (comm_thread.h explains the scheme and why
+// it is a thread). Results and byte counts do not depend on which way an op was issued. A group
+// is driven by one thread at a time.
 #pragma once
 
 #include <cstdint>

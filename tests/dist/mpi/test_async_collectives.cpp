@@ -183,9 +183,8 @@ TEST(AsyncCollectives, ErrorsOnTheCommThreadReachWait) {
       g.irecv(std::span<int32_t>(eight), 0, 9)->wait();
       ADD_FAILURE() << "a short message must fail the irecv";
     } catch (const DistError& e) {
-      EXPECT_NE(std::string(e.what()).find("irecv on mesh axis 'world' from rank 0 (tag 9): expected 8 elements, the sender sent 5"),
-                std::string::npos)
-          << e.what();
+      const std::string expected = "irecv on mesh axis 'world' from rank 0 (tag 9): expected 8 elements, the sender sent 5";
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
     }
   }
   g.barrier();
@@ -219,7 +218,8 @@ TEST(AsyncCollectives, HandlesCompleteWithoutWaitAndGroupsWaitWhenDestroyed) {
   const int n = g.size(), r = g.rank();
   std::vector<float> v(4000, 1.0f + r);
   WorkHandle w = g.iall_reduce(std::span<float>(v));
-  for (int spins = 0; !w->is_completed() && spins < 60000; ++spins) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  for (int spins = 0; !w->is_completed() && spins < 60000; ++spins)
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
   EXPECT_TRUE(w->is_completed());
   EXPECT_EQ(v[0], static_cast<float>(n * (n + 1) / 2));
   // A group destroyed with ops still queued finishes them first.
@@ -228,7 +228,8 @@ TEST(AsyncCollectives, HandlesCompleteWithoutWaitAndGroupsWaitWhenDestroyed) {
   std::unique_ptr<ProcessGroup> scratch = g.split("scratch", all);
   std::vector<double> mine(30000, r + 0.25), gathered(static_cast<size_t>(30000 * n));
   std::vector<WorkHandle> works;
-  for (int k = 0; k < 4; ++k) works.push_back(scratch->iall_gather(std::span<const double>(mine), std::span<double>(gathered)));
+  for (int k = 0; k < 4; ++k)
+    works.push_back(scratch->iall_gather(std::span<const double>(mine), std::span<double>(gathered)));
   scratch.reset();
   for (auto& x : works) {
     EXPECT_TRUE(x->is_completed());
