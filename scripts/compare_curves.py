@@ -22,42 +22,11 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "dist"))
 import parity_test  # noqa: E402  (the data writer, the config template, the mpirun flags)
 
-QWEN3 = """  model_type: qwen3
-  vocab_size: 96
-  hidden_size: 32
-  intermediate_size: 48
-  num_hidden_layers: 2
-  num_attention_heads: 4
-  num_key_value_heads: 2
-  head_dim: 8
-  max_position_embeddings: 32
-  tie_word_embeddings: True
-  params_dtype: float32
-  compute_dtype: float32
-"""
-
-QWEN3_MOE = """  model_type: qwen3_moe
-  vocab_size: 96
-  hidden_size: 32
-  intermediate_size: 48
-  moe_intermediate_size: 16
-  num_experts: 4
-  num_experts_per_tok: 2
-  norm_topk_prob: True
-  num_hidden_layers: 2
-  num_attention_heads: 4
-  num_key_value_heads: 2
-  head_dim: 8
-  max_position_embeddings: 32
-  params_dtype: float32
-  compute_dtype: float32
-"""
-
 LLAMA_BF16 = parity_test.LLAMA.replace("params_dtype: float32", "params_dtype: bfloat16").replace(
     "compute_dtype: float32", "compute_dtype: bfloat16")
 
-CASES = {"llama": parity_test.LLAMA, "llama_bf16": LLAMA_BF16, "qwen3": QWEN3, "qwen3_moe": QWEN3_MOE,
-         "deepseek_v3": parity_test.DEEPSEEK}
+CASES = {"llama": parity_test.LLAMA, "llama_bf16": LLAMA_BF16, "qwen3": parity_test.QWEN3_TP,
+         "qwen3_moe": parity_test.QWEN3_MOE_TP, "deepseek_v3": parity_test.DEEPSEEK}
 LAYOUTS = {"1": (1, -1), "fsdp2": (2, -1), "hsdp": (4, 2)}
 
 

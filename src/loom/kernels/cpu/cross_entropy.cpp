@@ -283,18 +283,51 @@ bool chunk_has_weight(const double* pw, int64_t t0, int64_t c) {
   return false;
 }
 
+// The buffers of one pass: per-token ce, a chunk of logits, the lse (computed or given), and the
+// zeroed grads when requested.
+struct PassState {
+  std::vector<double> ce;
+  Tensor buf, lse;
+};
+
+PassState start_pass(const LinearXentSetup& s, const Tensor& lse_in, Tensor* lse_out, Tensor* dh, Tensor* dw) {
+  PassState st;
+  st.ce.assign(static_cast<size_t>(s.n), 0.0);
+  st.buf = Tensor::empty({s.chunk, s.v}, s.compute);
+  if (lse_out) *lse_out = Tensor::zeros({s.n}, s.compute);
+  st.lse = lse_in.defined() ? lse_in.to(s.compute).contiguous() : *lse_out;
+  if (dh) *dh = Tensor::zeros({s.n, s.d}, s.compute);
+  if (dw) *dw = Tensor::zeros({s.v, s.d}, s.compute);
+  return st;
+}
+
+// A chunk's dlogits (in `logits`) into dh = dlogits · W and dw += dlogitsᵀ · h.
+void chunk_grads(const Tensor& logits, const Tensor& h, const Tensor& weight, int64_t t0, Tensor* dh, Tensor* dw) {
+  if (dh) {
+    Tensor dh_chunk = dh->narrow(0, t0, logits.shape()[0]);
+    gemm(logits, false, weight, false, dh_chunk, 1.0, 0.0);  // [c, V] · [V, D]
+  }
+  if (dw) gemm(logits, true, h, false, *dw, 1.0, 1.0);  // += [V, c] · [c, D]
+}
+
+// Σ ce·w in row order: the same sum for any thread count.
+double weighted_total(const std::vector<double>& ce, const double* pw) {
+  double total = 0;
+  for (size_t r = 0; r < ce.size(); ++r)
+    if (pw[r] != 0.0) total += ce[r] * pw[r];
+  return total;
+}
+
 // One pass over the token chunks. Each chunk's logits come from one GEMM. With `lse_in` (the
 // backward) the saved lse is used; otherwise lse is computed into `lse_out` and the weighted ce
 // summed. With dh/dw the chunk's logits are turned into dlogits (· grad_scale) in place and
 // dh = dlogits · W, dw += dlogitsᵀ · h follow by GEMM.
 double linear_pass(const LinearXentSetup& s, const double* pw, const Tensor& lse_in, Tensor* lse_out,
                    double grad_scale, Tensor* dh, Tensor* dw) {
-  std::vector<double> ce(static_cast<size_t>(s.n), 0.0);
-  Tensor buf = Tensor::empty({s.chunk, s.v}, s.compute);
-  if (lse_out) *lse_out = Tensor::zeros({s.n}, s.compute);
-  Tensor lse = lse_in.defined() ? lse_in.to(s.compute).contiguous() : *lse_out;
-  if (dh) *dh = Tensor::zeros({s.n, s.d}, s.compute);
-  if (dw) *dw = Tensor::zeros({s.v, s.d}, s.compute);
+  PassState st = start_pass(s, lse_in, lse_out, dh, dw);
+  std::vector<double>& ce = st.ce;
+  Tensor& buf = st.buf;
+  Tensor& lse = st.lse;
   const bool grads = dh || dw;
   dispatch_xent(s.compute, "linear_cross_entropy", [&]<typename T, typename C>() {
     C* pl = lse.data<C>();
@@ -322,17 +355,10 @@ double linear_pass(const LinearXentSetup& s, const double* pw, const Tensor& lse
             row_grad<C, C>(row, row, s.v, pl[r], s.labels[r], static_cast<C>(pw[r] * grad_scale), nullptr, nullptr);
         }
       });
-      if (dh) {
-        Tensor dh_chunk = dh->narrow(0, t0, c);
-        gemm(logits, false, s.weight, false, dh_chunk, 1.0, 0.0);  // [c, V] · [V, D]
-      }
-      if (dw) gemm(logits, true, h, false, *dw, 1.0, 1.0);  // += [V, c] · [c, D]
+      chunk_grads(logits, h, s.weight, t0, dh, dw);
     }
   });
-  double total = 0;  // in row order: the same sum for any thread count
-  for (int64_t r = 0; r < s.n; ++r)
-    if (pw[r] != 0.0) total += ce[r] * pw[r];
-  return total;
+  return weighted_total(ce, pw);
 }
 
 // The same pass over this rank's vocabulary rows (VocabShard). Per chunk, three phases around
@@ -341,12 +367,10 @@ double linear_pass(const LinearXentSetup& s, const double* pw, const Tensor& lse
 // with grads, (softmax − onehot) of the local rows. With `lse_in` (backward) no reduction is needed.
 double linear_pass_sharded(const LinearXentSetup& s, const double* pw, const VocabShard& shard, const Tensor& lse_in,
                            Tensor* lse_out, double grad_scale, Tensor* dh, Tensor* dw) {
-  std::vector<double> ce(static_cast<size_t>(s.n), 0.0);
-  Tensor buf = Tensor::empty({s.chunk, s.v}, s.compute);
-  if (lse_out) *lse_out = Tensor::zeros({s.n}, s.compute);
-  Tensor lse = lse_in.defined() ? lse_in.to(s.compute).contiguous() : *lse_out;
-  if (dh) *dh = Tensor::zeros({s.n, s.d}, s.compute);
-  if (dw) *dw = Tensor::zeros({s.v, s.d}, s.compute);
+  PassState st = start_pass(s, lse_in, lse_out, dh, dw);
+  std::vector<double>& ce = st.ce;
+  Tensor& buf = st.buf;
+  Tensor& lse = st.lse;
   const bool grads = dh || dw;
   const int64_t lo = shard.begin, hi = shard.begin + s.v;
   dispatch_xent(s.compute, "linear_cross_entropy", [&]<typename T, typename C>() {
@@ -399,17 +423,10 @@ double linear_pass_sharded(const LinearXentSetup& s, const double* pw, const Voc
                            static_cast<C>(pw[r] * grad_scale), nullptr, nullptr);
           }
         });
-      if (dh) {
-        Tensor dh_chunk = dh->narrow(0, t0, c);
-        gemm(logits, false, s.weight, false, dh_chunk, 1.0, 0.0);
-      }
-      if (dw) gemm(logits, true, h, false, *dw, 1.0, 1.0);
+      chunk_grads(logits, h, s.weight, t0, dh, dw);
     }
   });
-  double total = 0;
-  for (int64_t r = 0; r < s.n; ++r)
-    if (pw[r] != 0.0) total += ce[r] * pw[r];
-  return total;
+  return weighted_total(ce, pw);
 }
 
 void finish_linear_grads(const Tensor& hidden, const Tensor& weight, Tensor& dh, Tensor& dw,
