@@ -346,20 +346,20 @@ void PlacementMuonSharding::plan(const std::vector<optim::SplitMatrix>& matrices
 }
 
 void PlacementMuonSharding::orthogonalize(std::vector<optim::SplitUpdate>& updates, const optim::WholeMatrixNs& ns) {
-  size_t previous = 0;
   for (size_t i = 0; i < updates.size(); ++i) {
     const optim::SplitUpdate& u = updates[i];
-    LOOM_CHECK(u.matrix < matrices_.size() && (i == 0 || u.matrix > previous), ValueError,
+    LOOM_CHECK(u.matrix < matrices_.size() && (i == 0 || u.matrix > updates[i - 1].matrix), ValueError,
                "Muon sharding: updates must name planned matrices in ascending order");
-    previous = u.matrix;
     const Planned& p = matrices_[u.matrix];
     const Holder& mine = p.holders[static_cast<size_t>(p.group->rank())];
     LOOM_CHECK(u.local.dtype() == DType::f32 && u.local.is_contiguous() && u.local.shape() == mine.local_shape,
                ShapeError, "Muon sharding: the update of '", p.name, "' is ", u.local.shape().str(), " ",
                dtype_name(u.local.dtype()), "; this rank holds a contiguous float32 ", mine.local_shape.str());
-    if (strategy_ == optim::MuonCommStrategy::allgather) gather_whole(p, u.local, u.matrix, ns);
-    else via_owner(p, u.local, u.matrix, ns);
   }
+  if (strategy_ == optim::MuonCommStrategy::allgather)
+    for (optim::SplitUpdate& u : updates) gather_whole(matrices_[u.matrix], u.local, u.matrix, ns);
+  else
+    via_owners(updates, ns);
 }
 
 void PlacementMuonSharding::gather_whole(const Planned& p, const Tensor& local, size_t matrix,
@@ -382,41 +382,60 @@ void PlacementMuonSharding::gather_whole(const Planned& p, const Tensor& local, 
   take(mine, whole32, p.holders[static_cast<size_t>(g.rank())].boxes);
 }
 
-void PlacementMuonSharding::via_owner(const Planned& p, const Tensor& local, size_t matrix,
-                                      const optim::WholeMatrixNs& ns) {
-  dist::ProcessGroup& g = *p.group;
-  const Holder& mine = p.holders[static_cast<size_t>(g.rank())];
+void PlacementMuonSharding::via_owners(std::vector<optim::SplitUpdate>& updates, const optim::WholeMatrixNs& ns) {
   auto span_of = [](const Tensor& t) { return std::span<bf16>(t.data<bf16>(), static_cast<size_t>(t.numel())); };
-  if (g.rank() != p.owner) {
-    if (mine.boxes.empty()) return;  // nothing to send, nothing to receive
-    const Tensor send = local.to(DType::bf16);
-    g.send(std::span<const bf16>(span_of(send)), p.owner, kMuonTag);
-    Tensor back = Tensor::empty(local.shape(), DType::bf16);
-    g.recv(span_of(back), p.owner, kMuonTag);
-    Tensor(local).copy_(back);
-    return;
+  auto owns = [this](const optim::SplitUpdate& u) { return matrices_[u.matrix].group->rank() == matrices_[u.matrix].owner; };
+  // 1. Every holder's U reaches its owner, matrix by matrix.
+  std::vector<Tensor> whole(updates.size());
+  for (size_t i = 0; i < updates.size(); ++i) {
+    const Planned& p = matrices_[updates[i].matrix];
+    const Tensor& local = updates[i].local;
+    dist::ProcessGroup& g = *p.group;
+    const Holder& mine = p.holders[static_cast<size_t>(g.rank())];
+    if (!owns(updates[i])) {
+      if (!mine.boxes.empty()) g.send(std::span<const bf16>(span_of(local.to(DType::bf16))), p.owner, kMuonTag);
+      continue;
+    }
+    whole[i] = Tensor::empty(p.whole, DType::bf16);
+    place(whole[i], local.to(DType::bf16).view(as_batch(local.shape())), mine.boxes);
+    for (int m = 0; m < g.size(); ++m) {
+      const Holder& h = p.holders[static_cast<size_t>(m)];
+      if (m == p.owner || h.boxes.empty()) continue;
+      Tensor theirs = Tensor::empty(as_batch(h.local_shape), DType::bf16);
+      g.recv(span_of(theirs), m, kMuonTag);
+      place(whole[i], theirs, h.boxes);
+    }
   }
-  Tensor whole = Tensor::empty(p.whole, DType::bf16);
-  place(whole, local.to(DType::bf16).view(as_batch(local.shape())), mine.boxes);
-  for (int m = 0; m < g.size(); ++m) {
-    const Holder& h = p.holders[static_cast<size_t>(m)];
-    if (m == p.owner || h.boxes.empty()) continue;
-    Tensor theirs = Tensor::empty(as_batch(h.local_shape), DType::bf16);
-    g.recv(span_of(theirs), m, kMuonTag);
-    place(whole, theirs, h.boxes);
+  // 2. Each owner orthogonalises its matrices, every rank at the same time.
+  for (size_t i = 0; i < updates.size(); ++i) {
+    if (!owns(updates[i])) continue;
+    whole[i] = whole[i].to(DType::f32);
+    ns(updates[i].matrix, whole[i]);
   }
-  Tensor whole32 = whole.to(DType::f32);
-  ns(matrix, whole32);
-  const Tensor result = whole32.to(DType::bf16);  // exact: Newton–Schulz leaves bf16 values
-  for (int m = 0; m < g.size(); ++m) {
-    const Holder& h = p.holders[static_cast<size_t>(m)];
-    if (m == p.owner || h.boxes.empty()) continue;
-    Tensor slice = Tensor::empty(as_batch(h.local_shape), DType::bf16);
-    take(slice, result, h.boxes);
-    g.send(std::span<const bf16>(span_of(slice)), m, kMuonTag);
+  // 3. The slices go back in the same order; the owner keeps its own.
+  for (size_t i = 0; i < updates.size(); ++i) {
+    const Planned& p = matrices_[updates[i].matrix];
+    Tensor local = updates[i].local;
+    dist::ProcessGroup& g = *p.group;
+    const Holder& mine = p.holders[static_cast<size_t>(g.rank())];
+    if (!owns(updates[i])) {
+      if (mine.boxes.empty()) continue;
+      Tensor back = Tensor::empty(local.shape(), DType::bf16);
+      g.recv(span_of(back), p.owner, kMuonTag);
+      local.copy_(back);
+      continue;
+    }
+    const Tensor result = whole[i].to(DType::bf16);  // exact: Newton–Schulz leaves bf16 values
+    for (int m = 0; m < g.size(); ++m) {
+      const Holder& h = p.holders[static_cast<size_t>(m)];
+      if (m == p.owner || h.boxes.empty()) continue;
+      Tensor slice = Tensor::empty(as_batch(h.local_shape), DType::bf16);
+      take(slice, result, h.boxes);
+      g.send(std::span<const bf16>(span_of(slice)), m, kMuonTag);
+    }
+    Tensor out = local.view(as_batch(local.shape()));
+    take(out, whole[i], mine.boxes);
   }
-  Tensor out = local.view(as_batch(local.shape()));
-  take(out, whole32, mine.boxes);
 }
 
 const std::string& PlacementMuonSharding::name(size_t matrix) const {

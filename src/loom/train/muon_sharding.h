@@ -21,11 +21,13 @@
 //   allgather               each holder's U travels as bf16 (exact: U holds bf16 values), padded
 //                           to the largest holder's size, in one all_gather over the holder group;
 //                           every holder places every box, runs Newton–Schulz, keeps its slice.
-//   allgather_deredundency  the holders send their U to the owner, which receives them in group
-//                           rank order, runs Newton–Schulz once and sends each holder its slice of
-//                           the (bf16-valued, unscaled) result. Blocking send/recv cannot
+//   allgather_deredundency  three phases (reference/parallel.md §5): the holders send their U to
+//                           the owner, matrix by matrix (the owner receives in group rank order);
+//                           every owner runs Newton–Schulz on the matrices it owns, all ranks at
+//                           once; the owners send each holder its slice of the (bf16-valued,
+//                           unscaled) result, matrix by matrix. Blocking send/recv cannot
 //                           deadlock: within a matrix a rank talks only to its holder group, and
-//                           every rank walks the matrices in the same order.
+//                           in each phase every rank walks the matrices in the same order.
 // Per matrix of M bf16 bytes and n holders: allgather moves (n−1)/n·M into every holder and runs
 // Newton–Schulz n times; deredundency moves (n−1)/n·M into and out of the owner, M/n out of and
 // into every other holder, and runs it once.
@@ -112,7 +114,7 @@ class PlacementMuonSharding final : public optim::MuonSharding {
   void make_groups(const std::vector<std::vector<std::string>>& axes);
   void exchange_layouts(const std::vector<std::string>& keys);
   void gather_whole(const Planned& p, const Tensor& local, size_t matrix, const optim::WholeMatrixNs& ns);
-  void via_owner(const Planned& p, const Tensor& local, size_t matrix, const optim::WholeMatrixNs& ns);
+  void via_owners(std::vector<optim::SplitUpdate>& updates, const optim::WholeMatrixNs& ns);
 
   std::shared_ptr<dist::DeviceMesh> mesh_;
   std::map<std::string, ParamPlacement> params_;
