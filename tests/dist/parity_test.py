@@ -10,8 +10,8 @@ layout; runs go through mpirun exactly as users start them.
            steps 11..20 follow the uninterrupted one-process curve within 1e-5.
   moe      DeepSeek-V3 style MoE + MLA + MTP with the expert-bias update: 1 process vs FSDP 2 and 4.
   muon     the same model trained by Muon, with comm_strategy allgather and allgather_deredundency:
-           FSDP 4 with QK-clip firing every step reproduces the one-process curve bit for bit; FSDP 2
-           and HSDP 2x2 follow it within 1e-4.
+           FSDP 4 with QK-clip firing every step reproduces the one-process curve bit for bit; FSDP 2,
+           HSDP 2x2, TP 2 and TP 2 x FSDP 2 follow it within 1e-4.
   launch   `loom launch -n 2 -- train ...` trains like mpirun; layout errors end every rank quickly
            with the message (parallel_training.md "Parallelism Configuration Limitations").
 
@@ -235,32 +235,36 @@ def moe(args, work):
 
 
 def muon(args, work):
-    # Muon's Newton-Schulz needs whole matrices: FSDP and HSDP hand it the gathered update with either
-    # comm_strategy. With one micro-batch per rank (FSDP 4) the reduced grads are the one-process bits,
-    # so the curve must be too, QK-clip firing on heads whose rows are spread over the ranks. With
-    # accumulation (FSDP 2) or a replica sum (HSDP) the grads round differently (see moe) and
-    # Newton-Schulz, in bf16, carries that a little further than AdamW does: a looser tolerance.
+    """Muon's Newton-Schulz needs whole matrices: FSDP, HSDP and tensor parallelism hand it the
+    gathered update with either comm_strategy. With one micro-batch per rank (FSDP 4) the reduced
+    grads are the one-process bits, so the curve must be too, QK-clip firing on heads whose rows
+    are spread over the ranks. With accumulation (FSDP 2), a replica sum (HSDP) or split products
+    (TP) the grads round differently, and Newton-Schulz, in bf16, carries that a little further
+    than AdamW does: within 1e-4."""
     def optimizer(strategy, threshold):
         return MUON.format(threshold=threshold, strategy=strategy)
-    ref, _ = run(args, work, "muon_qk_clip_one_process", 1, model=DEEPSEEK,
+    strategies = ("allgather", "allgather_deredundency")
+    ref, _ = run(args, work, "muon_qk_clip_one_process", 1, model=DEEPSEEK_TP,
                  optimizer=optimizer("allgather", MUON_FIRING_QK_CLIP))
-    for strategy in ("allgather", "allgather_deredundency"):
+    for strategy in strategies:
         name = "muon_qk_clip_fsdp4_" + strategy
-        got, _ = run(args, work, name, 4, model=DEEPSEEK, optimizer=optimizer(strategy, MUON_FIRING_QK_CLIP))
+        got, _ = run(args, work, name, 4, model=DEEPSEEK_TP, optimizer=optimizer(strategy, MUON_FIRING_QK_CLIP))
         if got != ref:
             step = min(s for s in ref if got.get(s) != ref[s])
             raise SystemExit("FAIL: %s step %d loss %.17g, one process %.17g" % (name, step, got.get(step, float("nan")),
                                                                                 ref[step]))
         print("  %-40s 20-step curve identical to one process" % name)
-    ref, _ = run(args, work, "muon_one_process", 1, model=DEEPSEEK, optimizer=optimizer("allgather", 100))
-    for name, world, shard, strategy in [("muon_fsdp2_allgather", 2, -1, "allgather"),
-                                         ("muon_fsdp2_deredundency", 2, -1, "allgather_deredundency"),
-                                         ("muon_hsdp_2x2_allgather", 4, 2, "allgather"),
-                                         ("muon_hsdp_2x2_deredundency", 4, 2, "allgather_deredundency")]:
-        got, _ = run(args, work, name, world, shard, model=DEEPSEEK, optimizer=optimizer(strategy, 100))
-        if got[1] != ref[1]:
-            raise SystemExit("FAIL: %s step-1 loss %.17g differs from one process %.17g" % (name, got[1], ref[1]))
-        compare(name, got, ref, MUON_TOLERANCE)
+    ref, _ = run(args, work, "muon_one_process", 1, model=DEEPSEEK_TP, optimizer=optimizer("allgather", 100))
+    layouts = [("fsdp2", 2, -1, ""), ("hsdp_2x2", 4, 2, ""), ("tp2", 2, -1, "\n  tensor_parallel: 2"),
+               ("tp2_fsdp2", 4, -1, "\n  tensor_parallel: 2")]
+    for layout, world, shard, extra in layouts:
+        for strategy in strategies:
+            name = "muon_%s_%s" % (layout, strategy)
+            got, _ = run(args, work, name, world, shard, parallel_extra=extra, model=DEEPSEEK_TP,
+                         optimizer=optimizer(strategy, 100))
+            if got[1] != ref[1]:
+                raise SystemExit("FAIL: %s step-1 loss %.17g differs from one process %.17g" % (name, got[1], ref[1]))
+            compare(name, got, ref, MUON_TOLERANCE)
 
 
 def resume(args, work):

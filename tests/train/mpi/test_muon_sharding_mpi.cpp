@@ -17,6 +17,7 @@
 #include "../../dist/dist_test_util.h"
 #include "loom/dist/fsdp.h"
 #include "loom/dist/runtime.h"
+#include "loom/dist/tensor_parallel.h"
 #include "loom/models/muon_info.h"
 #include "loom/optim/muon.h"
 #include "loom/train/causal_lm_model.h"
@@ -84,7 +85,8 @@ const std::vector<HandSplit>& hand_tp_splits() {
 
 struct Layout {
   dist::ParallelDegrees degrees;
-  bool hand_tp = false;
+  bool hand_tp = false;  // the hand-written splits above
+  bool real_tp = false;  // dist::apply_tensor_parallel's own splits
 };
 
 // One rank's pair: the whole model with one-process Muon, and the sharded model with Muon over
@@ -115,6 +117,7 @@ std::unique_ptr<Pair> make_pair(const Layout& layout, const std::string& strateg
       param->tensor.set_requires_grad(true);
     }
   }
+  if (layout.real_tp) dist::apply_tensor_parallel(*p->sharded.model, *p->mesh);
   p->fsdp = dist::apply_fsdp(*p->sharded.model, p->mesh, {});
   p->fsdp->materialize(17);
 
@@ -224,6 +227,15 @@ TEST(MuonShardingMpi, TensorParallelPlacementsUnderFsdpFollowOneProcess) {
   EXPECT_EQ(matrix_split_axes({"w1", w1.global_shape, w1.placement}, dims), (std::vector<std::string>{"tp"}));
   const nn::Parameter& fc1 = *p->sharded.model->find_parameter("decoder.layers.0.mlp.linear_fc1.weight");
   EXPECT_EQ(matrix_split_axes({"fc1", fc1.global_shape, fc1.placement}, dims), (std::vector<std::string>{"tp", "fsdp"}));
+}
+
+// The splits dist::apply_tensor_parallel itself makes (qb/kvb by heads, linear_proj and fc2 by
+// columns, fc1 by gate/up blocks): tp 2 alone at 2 ranks, with FSDP on top at 4.
+TEST(MuonShardingMpi, TensorParallelStrategyUnderFsdpFollowsOneProcess) {
+  if (rt().world_size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
+  dist::ParallelDegrees d;
+  d.tensor_parallel = 2;
+  run_layout({d, false, true}, true);
 }
 
 // allgather_deredundency: every matrix has exactly one owner in each holder group, and
