@@ -10,7 +10,16 @@
 //                        largest unit's full parameters (the memory target)
 // One process runs the plain model (no FSDP), as `loom train` does.
 //
+// --optimizer muon --comm-strategy allgather|allgather_deredundency steps Muon instead (size mla,
+// a DeepSeek-V3 shaped model: Muon needs multi-latent attention) and adds, per step, what the
+// strategy costs this rank:
+//   muon_ns_s             wall time in Newton–Schulz (median step)
+//   muon_ns_matrices      whole matrices it orthogonalised
+//   muon_bytes_sent / muon_bytes_received   bytes of the Muon exchange (its holder groups only)
+//   optimizer_step_s      the whole optimizer step (median)
+//
 //   mpirun -np 2 --oversubscribe --bind-to none build/bench/bench_dist --size a --steps 8
+//   mpirun -np 2 ... build/bench/bench_dist --size mla --optimizer muon --comm-strategy allgather
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +38,9 @@
 #include "loom/ops/elementwise.h"
 #include "loom/optim/adamw.h"
 #include "loom/optim/grad_norm.h"
+#include "loom/optim/muon.h"
+#include "loom/train/causal_lm_model.h"
+#include "loom/train/muon_sharding.h"
 
 using namespace loom;
 using Json = nlohmann::ordered_json;
@@ -51,7 +63,15 @@ Size size_of(const std::string& name) {
                  {"num_hidden_layers", 12}, {"num_attention_heads", 12}, {"num_key_value_heads", 4},
                  {"max_position_embeddings", 512}, {"tie_word_embeddings", false}, {"compute_dtype", "float32"}},
             512, 4};
-  LOOM_THROW(ValueError, "--size must be a or b, got '", name, "'");
+  if (name == "mla")  // DeepSeek-V3 shaped (MLA, MoE, shared expert), for Muon
+    return {Json{{"model_type", "deepseek_v3"}, {"vocab_size", 8192}, {"hidden_size", 512}, {"num_hidden_layers", 4},
+                 {"num_attention_heads", 8}, {"intermediate_size", 1408}, {"moe_intermediate_size", 256},
+                 {"n_routed_experts", 8}, {"num_experts_per_tok", 2}, {"n_group", 1}, {"topk_group", 1},
+                 {"n_shared_experts", 1}, {"first_k_dense_replace", 1}, {"q_lora_rank", 256}, {"kv_lora_rank", 128},
+                 {"qk_nope_head_dim", 64}, {"qk_pos_emb_head_dim", 32}, {"v_head_dim", 64},
+                 {"max_position_embeddings", 256}, {"compute_dtype", "float32"}},
+            256, 8};
+  LOOM_THROW(ValueError, "--size must be a, b or mla, got '", name, "'");
 }
 
 nn::LMBatch random_batch(int64_t vocab, int64_t B, int64_t S, uint64_t index) {
@@ -66,8 +86,14 @@ nn::LMBatch random_batch(int64_t vocab, int64_t B, int64_t S, uint64_t index) {
   return b;
 }
 
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 int run(int argc, char** argv, dist::Runtime& rt) {
-  std::string size_name = "a", policy = "default";
+  std::string size_name = "a", policy = "default", optimizer = "adamw", comm_strategy = "allgather";
   bool force_fsdp = false;  // FSDP machinery even on one process (its copies without communication)
   int steps = 8, warmup = 2;
   for (int i = 1; i < argc; ++i) {
@@ -78,7 +104,10 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     else if (a == "--warmup") warmup = std::stoi(next());
     else if (a == "--reshard") policy = next();
     else if (a == "--fsdp") force_fsdp = true;
-    else LOOM_THROW(ValueError, "unknown option ", a, "; use --size a|b --steps N --warmup N --reshard always|never");
+    else if (a == "--optimizer") optimizer = next();
+    else if (a == "--comm-strategy") comm_strategy = next();
+    else LOOM_THROW(ValueError, "unknown option ", a, "; use --size a|b|mla --steps N --warmup N --reshard always|never "
+                    "--optimizer adamw|muon --comm-strategy allgather|allgather_deredundency");
   }
   apply_thread_env();
   const Size size = size_of(size_name);
@@ -106,10 +135,28 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     model.materialize(0);
   }
   for (auto& [name, t] : model.local_parameters()) params.push_back({name, t});
-  optim::AdamWOptions ao;
-  ao.learning_rate = 3e-4;
-  optim::AdamW opt(params, ao);
+  LOOM_CHECK(optimizer == "adamw" || optimizer == "muon", ValueError, "--optimizer must be adamw or muon, got '",
+             optimizer, "'");
+  std::unique_ptr<optim::Optimizer> opt;
+  optim::Muon* muon = nullptr;
+  std::shared_ptr<train::PlacementMuonSharding> sharding;
+  if (optimizer == "muon") {
+    optim::MuonOptions mo;
+    mo.learning_rate = 3e-4;  // also the AdamW fallback's (embedding, output layer): keep it sane
+    mo.comm_strategy = comm_strategy;
+    const train::CausalLMModel facts(built.args, built.model);
+    if (mesh) sharding = train::PlacementMuonSharding::of_module(model, mesh);
+    auto m = std::make_unique<optim::Muon>(params, mo, facts.muon_info(), false, optim::WeightDecayRules{}, sharding);
+    muon = m.get();
+    opt = std::move(m);
+  } else {
+    optim::AdamWOptions ao;
+    ao.learning_rate = 3e-4;
+    opt = std::make_unique<optim::AdamW>(params, ao);
+  }
   const double sense = 1.0 / n;
+  std::vector<double> opt_times, ns_times;
+  int64_t muon_sent = 0, muon_received = 0, ns_matrices = 0;
 
   std::vector<double> times;
   int64_t bytes_per_step = 0;
@@ -134,7 +181,19 @@ int run(int argc, char** argv, dist::Runtime& rt) {
       sum = [w = rt.world()](double v) { return w->all_reduce_scalar(v); };
     }
     optim::clip_grad_norm(params, 1.0, factor, sum);
-    opt.step();
+    if (sharding) sharding->reset_comm_stats();
+    const auto t_opt = std::chrono::steady_clock::now();
+    opt->step();
+    const double opt_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();
+    if (step >= warmup) {
+      opt_times.push_back(opt_s);
+      if (muon) ns_times.push_back(muon->last_step_stats().ns_seconds);
+    }
+    if (muon) ns_matrices = muon->last_step_stats().ns_matrices;
+    if (sharding) {
+      muon_sent = sharding->comm_stats().bytes_sent;
+      muon_received = sharding->comm_stats().bytes_received;
+    }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (step >= warmup) times.push_back(s);
     double comm_s = 0;
@@ -156,12 +215,17 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   const double frac = static_cast<double>(n - 1) / n;
   const bool reshard = policy != "never";
   const double analytic = frac * (2.0 * full_param_bytes + (reshard ? layer_param_bytes : 0.0));
-  int64_t state_bytes = 0, one_process_state = 4 * full_param_bytes;  // params, grads, adam m, adam v
+  // params, grads and the optimizer's state (AdamW: m and v; Muon: its momentum, m and v for the fallback)
+  int64_t state_bytes = 0, one_process_state = 2 * full_param_bytes;
+  for (const auto& s : opt->param_states())
+    one_process_state += (s.rule == optim::UpdateRule::adamw ? 2 : 1) * model.find_parameter(s.name)->global_shape.numel() * 4;
   int64_t largest_unit = 0;
   if (fsdp) {
     const dist::FsdpMemory m = fsdp->memory();
     state_bytes = m.sharded_param_bytes + m.sharded_grad_bytes;
-    for (const auto& s : opt.param_states()) state_bytes += static_cast<int64_t>(s.exp_avg.nbytes() + s.exp_avg_sq.nbytes());
+    for (const auto& s : opt->param_states())
+      for (const Tensor* t : {&s.exp_avg, &s.exp_avg_sq, &s.momentum})
+        if (t->defined()) state_bytes += static_cast<int64_t>(t->nbytes());
     largest_unit = m.largest_unit_param_bytes;
   } else {
     state_bytes = one_process_state;
@@ -178,7 +242,16 @@ int run(int argc, char** argv, dist::Runtime& rt) {
               {"analytic_fsdp_bytes_per_step", n > 1 ? analytic : 0.0},
               {"state_bytes_per_rank", state_bytes},
               {"one_process_state_bytes", one_process_state},
-              {"memory_target_bytes", n > 1 ? one_process_state / n + largest_unit : one_process_state}};
+              {"memory_target_bytes", n > 1 ? one_process_state / n + largest_unit : one_process_state},
+              {"optimizer", optimizer},
+              {"optimizer_step_s", median_of(opt_times)}};
+    if (muon) {
+      r["comm_strategy"] = comm_strategy;
+      r["muon_ns_s"] = median_of(ns_times);
+      r["muon_ns_matrices"] = ns_matrices;
+      r["muon_bytes_sent"] = muon_sent;
+      r["muon_bytes_received"] = muon_received;
+    }
     std::printf("RESULT %s\n", r.dump().c_str());
   }
   return 0;

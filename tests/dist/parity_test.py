@@ -9,10 +9,13 @@ layout; runs go through mpirun exactly as users start them.
   resume   a checkpoint saved at step 10 by one layout, resumed by others (1 -> 4, 4 -> 2, 4 -> 1):
            steps 11..20 follow the uninterrupted one-process curve within 1e-5.
   moe      DeepSeek-V3 style MoE + MLA + MTP with the expert-bias update: 1 process vs FSDP 2 and 4.
+  muon     the same model trained by Muon, with comm_strategy allgather and allgather_deredundency:
+           FSDP 4 with QK-clip firing every step reproduces the one-process curve bit for bit; FSDP 2,
+           HSDP 2x2, TP 2 and TP 2 x FSDP 2 follow it within 1e-4.
   launch   `loom launch -n 2 -- train ...` trains like mpirun; layout errors end every rank quickly
            with the message (parallel_training.md "Parallelism Configuration Limitations").
 
-usage: parity_test.py --loom PATH --mpirun PATH --case curves|resume|launch|moe [--keep DIR]
+usage: parity_test.py --loom PATH --mpirun PATH --case curves|resume|launch|moe|tensor|muon [--keep DIR]
 """
 import argparse
 import json
@@ -40,10 +43,7 @@ training:
 parallelism:
   data_parallel_shard: {shard}{parallel_extra}
 optimizer:
-  type: AdamW
-  betas: [0.9, 0.95]
-  weight_decay: 0.1
-lr_scheduler:
+{optimizer}lr_scheduler:
   type: CosineWithWarmUpLR
   learning_rate: 3.e-3
   warmup_steps: 3
@@ -95,14 +95,27 @@ def write_data(prefix, vocab=96, num_tokens=60000, doc_len=512):
 
 
 def write_config(work, name, steps=STEPS, shard=-1, save=False, load_path="", parallel_extra="", model=None,
-                 sections=""):
+                 sections="", optimizer=None):
     run_dir = os.path.join(work, name)
     config = os.path.join(work, name + ".yaml")
     with open(config, "w") as f:
         f.write(CONFIG.format(steps=steps, shard=shard, data=os.path.join(work, "data"), save=save,
                               save_path=os.path.join(run_dir, "checkpoints"), load_path=load_path,
-                              parallel_extra=parallel_extra, model=model or LLAMA, sections=sections))
+                              parallel_extra=parallel_extra, model=model or LLAMA, sections=sections,
+                              optimizer=optimizer or ADAMW))
     return config, run_dir
+
+
+ADAMW = """  type: AdamW
+  betas: [0.9, 0.95]
+  weight_decay: 0.1
+"""
+
+MUON = """  type: Muon
+  weight_decay: 0.1
+  qk_clip_threshold: {threshold}
+  comm_strategy: {strategy}
+"""
 
 
 LLAMA = """  model_type: llama
@@ -149,13 +162,18 @@ DEEPSEEK = """  model_type: deepseek_v3
   compute_dtype: float32
 """
 
+# The tiny model's logits stay near 0.01-0.05: a threshold below them clips heads every step.
+MUON_FIRING_QK_CLIP = 0.001
+MUON_TOLERANCE = 1e-4
+
 ENV = dict(os.environ, LOOM_NUM_THREADS="1", OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
            OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", LOOM_COLLECTIVE_TIMEOUT_S="60")
 
 
 def run(args, work, name, world, shard=-1, steps=STEPS, save=False, load_path="", launch=False, parallel_extra="",
-        model=None, sections=""):
-    config, run_dir = write_config(work, name, steps, shard, save, load_path, parallel_extra, model, sections)
+        model=None, sections="", optimizer=None):
+    config, run_dir = write_config(work, name, steps, shard, save, load_path, parallel_extra, model, sections,
+                                   optimizer)
     cmd = [args.loom, "train", "--config", config, "--output", run_dir]
     if launch:
         cmd = [args.loom, "launch", "-n", str(world), "--mpirun", args.mpirun, "--threads", "1", "--"] + cmd[1:]
@@ -214,6 +232,39 @@ def moe(args, work):
         if got[1] != ref[1]:
             raise SystemExit("FAIL: MoE fsdp%d step-1 loss %.17g differs from one process %.17g" % (world, got[1], ref[1]))
         compare("MoE/MLA/MTP fsdp%d" % world, got, ref, 1e-5)
+
+
+def muon(args, work):
+    """Muon's Newton-Schulz needs whole matrices: FSDP, HSDP and tensor parallelism hand it the
+    gathered update with either comm_strategy. With one micro-batch per rank (FSDP 4) the reduced
+    grads are the one-process bits, so the curve must be too, QK-clip firing on heads whose rows
+    are spread over the ranks. With accumulation (FSDP 2), a replica sum (HSDP) or split products
+    (TP) the grads round differently, and Newton-Schulz, in bf16, carries that a little further
+    than AdamW does: within 1e-4."""
+    def optimizer(strategy, threshold):
+        return MUON.format(threshold=threshold, strategy=strategy)
+    strategies = ("allgather", "allgather_deredundency")
+    ref, _ = run(args, work, "muon_qk_clip_one_process", 1, model=DEEPSEEK_TP,
+                 optimizer=optimizer("allgather", MUON_FIRING_QK_CLIP))
+    for strategy in strategies:
+        name = "muon_qk_clip_fsdp4_" + strategy
+        got, _ = run(args, work, name, 4, model=DEEPSEEK_TP, optimizer=optimizer(strategy, MUON_FIRING_QK_CLIP))
+        if got != ref:
+            step = min(s for s in ref if got.get(s) != ref[s])
+            raise SystemExit("FAIL: %s step %d loss %.17g, one process %.17g" % (name, step, got.get(step, float("nan")),
+                                                                                ref[step]))
+        print("  %-40s 20-step curve identical to one process" % name)
+    ref, _ = run(args, work, "muon_one_process", 1, model=DEEPSEEK_TP, optimizer=optimizer("allgather", 100))
+    layouts = [("fsdp2", 2, -1, ""), ("hsdp_2x2", 4, 2, ""), ("tp2", 2, -1, "\n  tensor_parallel: 2"),
+               ("tp2_fsdp2", 4, -1, "\n  tensor_parallel: 2")]
+    for layout, world, shard, extra in layouts:
+        for strategy in strategies:
+            name = "muon_%s_%s" % (layout, strategy)
+            got, _ = run(args, work, name, world, shard, parallel_extra=extra, model=DEEPSEEK_TP,
+                         optimizer=optimizer(strategy, 100))
+            if got[1] != ref[1]:
+                raise SystemExit("FAIL: %s step-1 loss %.17g differs from one process %.17g" % (name, got[1], ref[1]))
+            compare(name, got, ref, MUON_TOLERANCE)
 
 
 def resume(args, work):
@@ -347,14 +398,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--loom", required=True)
     ap.add_argument("--mpirun", default="mpirun")
-    ap.add_argument("--case", choices=["curves", "resume", "launch", "moe", "tensor"], required=True)
+    ap.add_argument("--case", choices=["curves", "resume", "launch", "moe", "tensor", "muon"], required=True)
     ap.add_argument("--keep", default="")
     args = ap.parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="loom-parity-")
     os.makedirs(work, exist_ok=True)
     try:
         write_data(os.path.join(work, "data"))
-        {"curves": curves, "resume": resume, "launch": launch, "moe": moe, "tensor": tensor}[args.case](args, work)
+        {"curves": curves, "resume": resume, "launch": launch, "moe": moe, "tensor": tensor, "muon": muon}[args.case](args, work)
         print("PASS")
     finally:
         if not args.keep:

@@ -124,3 +124,40 @@ TEST(QkClip, MuonAppliesToMastersAndCopiesBack) {
   opt_off.step_with_lr(0.01);
   EXPECT_EQ(row_values(q2), std::vector<float>(6, 1.f));
 }
+
+// Under sharding each rank holds some rows (placement row runs) and the maxima come per global
+// head: the rows of a shard end up as the same rows of the whole weight clipped on one process,
+// including a head whose rows straddle two shards and a shard made of two runs.
+TEST(QkClip, ShardedRowsAreScaledLikeTheWholeWeight) {
+  const std::vector<float> logits{400.f, 50.f};
+  Tensor whole_q = Tensor::from_vector(random_values(6 * 3, 71), {6, 3});
+  Tensor whole_kv = Tensor::from_vector(random_values(10 * 3, 72), {10, 3});
+  const Tensor q_before = whole_q.clone(), kv_before = whole_kv.clone();
+  apply_qk_clip({{kQ, kKV, logits}}, 100.f, kDims,
+                [&](const std::string& n) { return n == kQ ? whole_q : whole_kv; });
+  // Shard A: q rows 2..4 (head 0's q_pe and head 1's q_nope); kv rows 0..2 and 7..9 (two runs).
+  QkClipTarget q;
+  q.master = q_before.narrow(0, 2, 3).clone();
+  q.global_rows = 6;
+  q.rows = {{0, 2, 3}};
+  QkClipTarget kv;
+  kv.master = Tensor::empty({6, 3});
+  kv.master.narrow(0, 0, 3).copy_(kv_before.narrow(0, 0, 3));
+  kv.master.narrow(0, 3, 3).copy_(kv_before.narrow(0, 7, 3));
+  kv.global_rows = 10;
+  kv.rows = {{0, 0, 3}, {3, 7, 3}};
+  QkClipResult r = apply_qk_clip({{kQ, kKV, logits}}, 100.f, kDims,
+                                 [&](const std::string& n) { return n == kQ ? q : kv; });
+  EXPECT_EQ(r.heads_clipped, 1);
+  EXPECT_EQ(q.master.to_float_vector(), whole_q.narrow(0, 2, 3).contiguous().to_float_vector());
+  EXPECT_EQ(kv.master.narrow(0, 0, 3).contiguous().to_float_vector(),
+            whole_kv.narrow(0, 0, 3).contiguous().to_float_vector());
+  EXPECT_EQ(kv.master.narrow(0, 3, 3).contiguous().to_float_vector(),
+            whole_kv.narrow(0, 7, 3).contiguous().to_float_vector());
+  // Head 0 was clipped (γ = 0.25): its q_pe row (global 2) took γ, head 1's rows kept theirs.
+  EXPECT_FLOAT_EQ(static_cast<float>(q.master.at({0, 1})), static_cast<float>(q_before.at({2, 1})) * 0.25f);
+  EXPECT_EQ(static_cast<float>(q.master.at({1, 1})), static_cast<float>(q_before.at({3, 1})));
+  // A run that does not fit the shard is an error naming the weight.
+  q.rows = {{1, 2, 3}};
+  EXPECT_THROW(apply_qk_clip({{kQ, "", logits}}, 100.f, kDims, [&](const std::string&) { return q; }), ShapeError);
+}

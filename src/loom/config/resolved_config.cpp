@@ -57,13 +57,6 @@ std::optional<ResolvedConfig> resolve(const TrainConfig& c, std::optional<int> w
   for (const auto& gap : model.gaps) r.gaps.push_back(diag.positioned(gap.path, gap.message));
   r.gaps.insert(r.gaps.end(), loader.gaps.begin(), loader.gaps.end());
   for (const auto& [path, message] : parallel.unsupported) r.gaps.push_back(diag.positioned(path, message));
-  const dist::ParallelDims& dims = r.layout.dims;
-  if (c.optimizer.type == "Muon" && (dims.fsdp() > 1 || dims.tp() > 1))
-    r.gaps.push_back(diag.positioned(
-        "optimizer.type", "optimizer.type: Muon needs whole weight matrices for its Newton-Schulz step, but parallelism shards them "
-        "(fsdp " + std::to_string(dims.fsdp()) + ", tp " + std::to_string(dims.tp()) + ") and this build does not "
-        "gather them yet; use AdamW, or set parallelism.data_parallel_shard: 1 and tensor_parallel: 1 to keep the "
-        "weights whole (plain data parallelism)"));
   if (model.gaps.empty()) r.model = std::move(model.args);
   if (loader.gaps.empty()) r.loader = std::move(loader.options);
   return r;

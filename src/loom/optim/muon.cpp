@@ -1,6 +1,7 @@
 #include "loom/optim/muon.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "loom/core/log.h"
@@ -36,9 +37,7 @@ void MuonOptions::validate() const {
   LOOM_CHECK(!qk_clip_enabled || qk_clip_threshold > 0.0, ConfigError,
              "optimizer.qk_clip_threshold must be positive, got ", qk_clip_threshold,
              " (or set qk_clip_enabled: False)");
-  LOOM_CHECK(comm_strategy == "allgather" || comm_strategy == "allgather_deredundency",
-             ConfigError, "optimizer.comm_strategy must be \"allgather\" or "
-             "\"allgather_deredundency\", got \"", comm_strategy, "\"");
+  parse_muon_comm_strategy(comm_strategy);  // ConfigError naming optimizer.comm_strategy
   LOOM_CHECK(learning_rate >= 0.0, ConfigError, "optimizer.learning_rate must be >= 0, got ",
              learning_rate);
 }
@@ -74,10 +73,15 @@ MuonOptions MuonOptions::from_json(const nlohmann::ordered_json& section) {
   return o;
 }
 
+bool uses_newton_schulz(const MuonOptions& options, const std::string& name, const Shape& global_shape) {
+  const int nd = global_shape.ndim();
+  return (nd == 2 || nd == 3) && !matches_any(options.adamw_include, name);
+}
+
 Muon::Muon(const NamedParams& params, const MuonOptions& options,
            const std::optional<MuonModelInfo>& model, bool swap,
-           const WeightDecayRules& model_rules)
-    : Optimizer(options.learning_rate), options_(options) {
+           const WeightDecayRules& model_rules, std::shared_ptr<MuonSharding> sharding)
+    : Optimizer(options.learning_rate), options_(options), sharding_(std::move(sharding)) {
   LOOM_CHECK(!(swap || options.swap), ValueError,
              "Muon does not support swap. Disable swap in the memory section or use AdamW.");
   LOOM_CHECK(model.has_value(), ValueError, "Model must be provided for Muon optimizer.");
@@ -86,20 +90,37 @@ Muon::Muon(const NamedParams& params, const MuonOptions& options,
              "Current Muon implementation only supports models with Multi-Latent Attention "
              "enabled. Set model.multi_latent_attention: True or use optimizer.type: AdamW.");
   options_.validate();
+  strategy_ = parse_muon_comm_strategy(options_.comm_strategy);
   mla_ = model->mla;
   schema_ = model->schema ? *model->schema : MuonSplitSchema::standard(mla_);
 
   WeightDecayRules rules = model_rules;
   rules.include = options_.weight_decay_include;
   rules.exclude = options_.weight_decay_exclude;
+  const auto ns_steps = static_cast<int64_t>(options_.ns_schedule.size());
+  std::vector<SplitMatrix> split;
   for (const auto& p : trainable_params(params)) {
-    const bool decay = applies_weight_decay(p.name, p.param.shape(), rules);
-    const int nd = p.param.dim();
-    const bool use_muon = (nd == 2 || nd == 3) && !matches_any(options_.adamw_include, p.name);
-    if (use_muon) schema_.blocks(p.name, p.param.shape());  // fail at construction, not step 1
+    Matrix m;
+    m.layout = sharding_ ? sharding_->layout(p.name) : ShardLayout::whole(p.param.shape());
+    const Shape& shape = m.layout.global_shape;
+    LOOM_CHECK(shape.ndim() == p.param.dim(), ShapeError, "Muon: parameter '", p.name, "' is ",
+               p.param.shape().str(), " locally but its global shape is ", shape.str());
+    const bool decay = applies_weight_decay(p.name, shape, rules);
+    const bool use_muon = uses_newton_schulz(options_, p.name, shape);
     add_param(p, decay ? options_.weight_decay : 0.0, use_muon ? UpdateRule::muon : UpdateRule::adamw);
+    if (use_muon) {
+      m.blocks = schema_.blocks(p.name, shape);  // of the whole matrix; fails here, not at step 1
+      if (m.layout.split_matrices) {
+        // Estimated from the global shape, so every rank plans the same owners.
+        m.split = static_cast<int64_t>(split.size());
+        split.push_back({p.name, newton_schulz_work(m.blocks, shape.ndim() == 3 ? shape[0] : 1, ns_steps)});
+        split_params_.push_back(params_.size() - 1);
+      }
+    }
+    matrices_.push_back(std::move(m));
   }
   allocate_state();
+  if (sharding_) sharding_->plan(split, strategy_);
 }
 
 UpdateRule Muon::rule_of(const std::string& name) const {
@@ -109,58 +130,132 @@ UpdateRule Muon::rule_of(const std::string& name) const {
 }
 
 void Muon::apply_update(double lr, int64_t t) {
-  for (auto& s : params_) {
+  last_stats_ = MuonStepStats{};
+  std::vector<SplitUpdate> split;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    ParamState& s = params_[i];
     Tensor grad = fp32_grad(s);
     if (!grad.defined()) continue;
-    if (s.rule == UpdateRule::muon)
-      muon_step(s, grad, lr);
-    else
+    if (s.rule == UpdateRule::adamw) {
       adamw_step(s, grad, lr, options_.adamw_betas[0], options_.adamw_betas[1], options_.adamw_eps, t);
+      continue;
+    }
+    const Matrix& m = matrices_[i];
+    Tensor u = momentum_update(s, grad);
+    if (m.split >= 0) {
+      split.push_back({static_cast<size_t>(m.split), u});
+      continue;
+    }
+    newton_schulz(m, u, piece_scales(m, lr));
+    apply_orthogonalized(s, u, lr);
+  }
+  if (!split.empty()) {
+    // Whole matrices are orthogonalised unscaled (wherever the strategy runs them); each rank
+    // then scales its own slice. x·s rounds the same whether the kernel or scale_ multiplies.
+    sharding_->orthogonalize(split, [this](size_t matrix, Tensor& full) {
+      const Matrix& m = matrices_[split_params_[matrix]];
+      newton_schulz(m, full, std::vector<float>(m.blocks.size(), 1.f));
+    });
+    for (SplitUpdate& update : split) {
+      const size_t i = split_params_[update.matrix];
+      scale_local_pieces(matrices_[i], update.local, piece_scales(matrices_[i], lr));
+      apply_orthogonalized(params_[i], update.local, lr);
+    }
   }
   last_qk_clip_ = QkClipResult{};
-  if (options_.qk_clip_enabled && !qk_inputs_.empty()) {
-    auto master_of = [this](const std::string& name) -> Tensor {
-      for (const auto& s : params_)
-        if (s.name == name) return s.master;
-      return Tensor();
-    };
-    last_qk_clip_ = apply_qk_clip(qk_inputs_, static_cast<float>(options_.qk_clip_threshold), mla_,
-                                  master_of);
-    for (const auto& name : last_qk_clip_.scaled)
-      for (const auto& s : params_)
-        if (s.name == name) copy_master_to_param(s);
-    if (last_qk_clip_.fired)
-      log::debug("QK-clip: ", last_qk_clip_.heads_clipped, " heads clipped, max logit ",
-                 last_qk_clip_.max_logit, " >= threshold ", options_.qk_clip_threshold);
-  }
+  if (options_.qk_clip_enabled && !qk_inputs_.empty()) apply_qk_clip_to_masters();
   qk_inputs_.clear();
 }
 
-void Muon::muon_step(ParamState& s, const Tensor& grad, double lr) {
-  const kernels::KernelTable& k = kernels::for_tensor(s.master, "Muon");
-  const Shape& shape = s.param.shape();
-  const int64_t rows = shape[shape.ndim() - 2], cols = shape[shape.ndim() - 1];
-  const int64_t matrices = s.param.numel() / (rows * cols);
+Tensor Muon::momentum_update(ParamState& s, const Tensor& grad) {
+  // M = μM + G; U = G + μM (Nesterov) or M; X0 = bf16(U).
+  Tensor u = Tensor::empty(s.param.shape(), DType::f32, s.master.device());
+  kernels::for_tensor(s.master, "Muon")
+      .muon_momentum(s.momentum, grad, static_cast<float>(options_.momentum), options_.nesterov, u);
+  return u;
+}
 
-  // M = μM + G; U = G + μM (Nesterov) or M; X0 = bf16(U). U is then overwritten piece by piece
-  // with the scaled orthogonalised update O.
-  Tensor u = Tensor::empty({matrices, rows, cols}, DType::f32, s.master.device());
-  k.muon_momentum(s.momentum, grad, static_cast<float>(options_.momentum), options_.nesterov, u);
-
+std::vector<float> Muon::piece_scales(const Matrix& m, double lr) const {
   // Moonlight's RMS matching, per piece: lr · sqrt(max(a, b)) · matched_adamw_rms.
   const float rms = static_cast<float>(options_.matched_adamw_rms);
   const float lr_f = static_cast<float>(lr);
-  std::vector<kernels::MuonPiece> pieces;
-  for (const MuonBlock& b : schema_.blocks(s.name, shape)) {
-    const float adjusted_lr = lr_f * (std::sqrt(static_cast<float>(std::max(b.rows, b.cols))) * rms);
-    pieces.push_back({b.row0, b.rows, b.col0, b.cols, adjusted_lr});
-  }
-  k.muon_orthogonalize(u, pieces, options_.ns_schedule, static_cast<float>(options_.eps));
+  std::vector<float> scales;
+  for (const MuonBlock& b : m.blocks)
+    scales.push_back(lr_f * (std::sqrt(static_cast<float>(std::max(b.rows, b.cols))) * rms));
+  return scales;
+}
 
+void Muon::newton_schulz(const Matrix& m, Tensor& u, const std::vector<float>& scales) {
+  const Shape& g = m.layout.global_shape;
+  const int64_t rows = g[g.ndim() - 2], cols = g[g.ndim() - 1];
+  const int64_t matrices = rows * cols > 0 ? u.numel() / (rows * cols) : 0;
+  if (matrices == 0) return;  // a shard holding no matrix of a 3-D batch
+  std::vector<kernels::MuonPiece> pieces;
+  for (size_t i = 0; i < m.blocks.size(); ++i) {
+    const MuonBlock& b = m.blocks[i];
+    pieces.push_back({b.row0, b.rows, b.col0, b.cols, scales[i]});
+  }
+  Tensor batch = u.view({matrices, rows, cols});
+  const auto t0 = std::chrono::steady_clock::now();
+  kernels::for_tensor(u, "Muon").muon_orthogonalize(batch, pieces, options_.ns_schedule,
+                                                   static_cast<float>(options_.eps));
+  last_stats_.ns_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  last_stats_.ns_matrices += matrices;
+}
+
+void Muon::scale_local_pieces(const Matrix& m, Tensor& u, const std::vector<float>& scales) const {
+  const kernels::KernelTable& k = kernels::for_tensor(u, "Muon");
+  const int nd = m.layout.global_shape.ndim();
+  const int rd = nd - 2, cd = nd - 1;  // the matrix dims
+  for (const ShardBox& box : m.layout.boxes)
+    for (size_t i = 0; i < m.blocks.size(); ++i) {
+      const MuonBlock& b = m.blocks[i];
+      const int64_t r0 = std::max(b.row0, box.global_offset[rd]);
+      const int64_t r1 = std::min(b.row0 + b.rows, box.global_offset[rd] + box.shape[rd]);
+      const int64_t c0 = std::max(b.col0, box.global_offset[cd]);
+      const int64_t c1 = std::min(b.col0 + b.cols, box.global_offset[cd] + box.shape[cd]);
+      if (r1 <= r0 || c1 <= c0) continue;
+      Tensor part = nd == 3 ? u.narrow(0, box.local_offset[0], box.shape[0]) : u;
+      part = part.narrow(rd, box.local_offset[rd] + (r0 - box.global_offset[rd]), r1 - r0)
+                 .narrow(cd, box.local_offset[cd] + (c0 - box.global_offset[cd]), c1 - c0);
+      k.scale_(part, static_cast<double>(scales[i]));
+    }
+}
+
+void Muon::apply_orthogonalized(ParamState& s, const Tensor& update, double lr) {
   // W = W·(1 − lr·wd) − O, then the rounded copy to a bf16/f16 model parameter.
   const float decay = static_cast<float>(1.0 - lr * s.weight_decay);
-  k.muon_apply(s.master, u, decay);
+  kernels::for_tensor(s.master, "Muon").muon_apply(s.master, update, decay);
   copy_master_to_param(s);
+}
+
+void Muon::apply_qk_clip_to_masters() {
+  // Each rank scales the rows of its own shard (its placement says which global rows they are).
+  auto target_of = [this](const std::string& name) -> QkClipTarget {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (params_[i].name != name) continue;
+      const ShardLayout& layout = matrices_[i].layout;
+      QkClipTarget t;
+      t.master = params_[i].master;
+      t.global_rows = layout.global_shape.ndim() >= 1 ? layout.global_shape[0] : 0;
+      for (const ShardBox& box : layout.boxes) {
+        const RowRun run{box.local_offset[0], box.global_offset[0], box.shape[0]};
+        const bool seen = std::any_of(t.rows.begin(), t.rows.end(), [&](const RowRun& r) {
+          return r.local_begin == run.local_begin && r.global_begin == run.global_begin && r.length == run.length;
+        });
+        if (!seen) t.rows.push_back(run);  // boxes split along the columns share their rows
+      }
+      return t;
+    }
+    return QkClipTarget();
+  };
+  last_qk_clip_ = apply_qk_clip(qk_inputs_, static_cast<float>(options_.qk_clip_threshold), mla_, target_of);
+  for (const auto& name : last_qk_clip_.scaled)
+    for (const auto& s : params_)
+      if (s.name == name) copy_master_to_param(s);
+  if (last_qk_clip_.fired)
+    log::debug("QK-clip: ", last_qk_clip_.heads_clipped, " heads clipped, max logit ",
+               last_qk_clip_.max_logit, " >= threshold ", options_.qk_clip_threshold);
 }
 
 }  // namespace loom::optim

@@ -2,15 +2,21 @@
 // Newton–Schulz orthogonalisation per piece of the model's split schema, update scaled by
 // lr·sqrt(max(a, b))·matched_adamw_rms, decoupled weight decay, an AdamW fallback for
 // embeddings/output layer/1-D parameters, and QK-clip on the MLA up-projections.
+//
+// Sharded parameters (muon_sharding.h): the 2-D/3-D rule, the split schema and the scales read
+// the GLOBAL shape; Newton–Schulz always runs on whole matrices; momentum, the update and QK-clip
+// stay on each rank's own shard.
 #pragma once
 
 #include <array>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "loom/optim/muon_sharding.h"
 #include "loom/optim/muon_split.h"
 #include "loom/optim/newton_schulz.h"
 #include "loom/optim/optimizer.h"
@@ -32,8 +38,8 @@ struct MuonOptions {
   double adamw_eps = 1e-8;
   bool qk_clip_enabled = true;
   double qk_clip_threshold = 100.0;
-  // "allgather" | "allgather_deredundency": how sharded weights are gathered for Newton–Schulz
-  // in multi-process runs (stored here; used by the distributed layer).
+  // "allgather" | "allgather_deredundency": how a sharded weight's whole update reaches
+  // Newton–Schulz (muon_sharding.h); nothing to exchange on one process.
   std::string comm_strategy = "allgather";
   bool use_fused_adamw = false;  // accepted; the fallback AdamW is always the fused kernel
   // Parameters matching these rules (exact, substring or glob) use AdamW instead of Muon.
@@ -56,6 +62,16 @@ struct MuonModelInfo {
   std::optional<MuonSplitSchema> schema;
 };
 
+// Whether a parameter of this global shape is orthogonalised (2-D or 3-D, not matched by
+// adamw_include) rather than updated by the AdamW fallback.
+bool uses_newton_schulz(const MuonOptions& options, const std::string& name, const Shape& global_shape);
+
+// What the last step spent on Newton–Schulz on this rank (the bench reports it per strategy).
+struct MuonStepStats {
+  double ns_seconds = 0;   // wall time inside the Newton–Schulz kernel
+  int64_t ns_matrices = 0;  // whole matrices orthogonalised (a 3-D parameter counts its batch)
+};
+
 class Muon : public Optimizer {
  public:
   // Construction errors of spec §1.2, word for word (ValueError): "Muon does not support swap."
@@ -63,9 +79,11 @@ class Muon : public Optimizer {
   // "Muon does not support Legacy Model.", "Current Muon implementation only supports models
   // with Multi-Latent Attention enabled."
   // `model_rules`: the model's own no-decay names/keywords (include/exclude come from options).
+  // `sharding`: where each parameter's local tensor sits in the global one; null when every
+  // parameter is whole (one process). With it, construction is collective over the ranks.
   Muon(const NamedParams& params, const MuonOptions& options,
        const std::optional<MuonModelInfo>& model, bool swap = false,
-       const WeightDecayRules& model_rules = {});
+       const WeightDecayRules& model_rules = {}, std::shared_ptr<MuonSharding> sharding = nullptr);
   std::string type() const override { return "Muon"; }
   const MuonOptions& options() const { return options_; }
   const std::string& comm_strategy() const { return options_.comm_strategy; }
@@ -75,16 +93,40 @@ class Muon : public Optimizer {
   bool uses_qk_clip() const override { return options_.qk_clip_enabled; }
   void set_qk_clip_inputs(std::vector<QkClipLayer> layers) override { qk_inputs_ = std::move(layers); }
   const QkClipResult& last_qk_clip() const { return last_qk_clip_; }
+  const MuonStepStats& last_step_stats() const { return last_stats_; }
 
  protected:
   void apply_update(double lr, int64_t t) override;
 
  private:
-  void muon_step(ParamState& s, const Tensor& grad, double lr);
+  // Muon's view of one parameter (index-aligned with params_).
+  struct Matrix {
+    ShardLayout layout;
+    std::vector<MuonBlock> blocks;  // split-schema pieces of each global matrix
+    int64_t split = -1;             // index in the sharding's plan when the matrix is split
+  };
+
+  // M = μM + G on the local shard; returns U (fp32 of bf16 values, the local shape).
+  Tensor momentum_update(ParamState& s, const Tensor& grad);
+  // Newton–Schulz of every piece of `u` [batch, rows, cols] (whole matrices), each piece
+  // multiplied by `scales[i]` (1 leaves it unscaled).
+  void newton_schulz(const Matrix& m, Tensor& u, const std::vector<float>& scales);
+  // lr·sqrt(max(a, b))·matched_adamw_rms of each piece.
+  std::vector<float> piece_scales(const Matrix& m, double lr) const;
+  // Multiplies the local slice of each piece of a split matrix by its scale.
+  void scale_local_pieces(const Matrix& m, Tensor& u, const std::vector<float>& scales) const;
+  // W = W·(1 − lr·wd) − O, then the copy to the model parameter.
+  void apply_orthogonalized(ParamState& s, const Tensor& update, double lr);
+  void apply_qk_clip_to_masters();
 
   MuonOptions options_;
+  MuonCommStrategy strategy_ = MuonCommStrategy::allgather;
   MlaDims mla_;
   MuonSplitSchema schema_;
+  std::shared_ptr<MuonSharding> sharding_;
+  std::vector<Matrix> matrices_;
+  std::vector<size_t> split_params_;  // params_ index of each planned split matrix
+  MuonStepStats last_stats_;
   std::vector<QkClipLayer> qk_inputs_;
   QkClipResult last_qk_clip_;
 };

@@ -18,7 +18,7 @@ std::unique_ptr<Optimizer> build_optimizer(const nlohmann::ordered_json& section
     return std::make_unique<AdamW>(params, AdamWOptions::from_json(section), context.model_no_decay);
   if (type == "Muon" || type == "muon")
     return std::make_unique<Muon>(params, MuonOptions::from_json(section), context.model,
-                                  context.swap, context.model_no_decay);
+                                  context.swap, context.model_no_decay, context.muon_sharding);
   LOOM_THROW(ConfigError, "optimizer.type '", type,
              "' is not a supported optimizer; use AdamW or Muon");
 }

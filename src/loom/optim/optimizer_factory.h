@@ -17,6 +17,8 @@ struct OptimizerContext {
   std::optional<MuonModelInfo> model;  // required by Muon
   bool swap = false;                   // memory swap enabled (Muon rejects it)
   WeightDecayRules model_no_decay;     // model.no_weight_decay() names / keywords
+  // Where each parameter's local tensor sits in the global one (Muon; null: all whole).
+  std::shared_ptr<MuonSharding> muon_sharding;
 };
 
 std::unique_ptr<Optimizer> build_optimizer(const nlohmann::ordered_json& section,

@@ -23,6 +23,7 @@
 #include "loom/train/config_json.h"
 #include "loom/train/distributed.h"
 #include "loom/train/hardware.h"
+#include "loom/train/muon_sharding.h"
 
 namespace loom::train {
 
@@ -165,6 +166,7 @@ void Trainer::build_optimizer() {
   context.model = model_->muon_info();
   context.swap = config_.swap.enable;
   context.model_no_decay = model_->no_weight_decay();
+  context.muon_sharding = PlacementMuonSharding::of_module(model_->module(), mesh_);
   optimizer_ = optim::build_optimizer(optimizer_json(config_.optimizer), params, context);
   optimizer_->set_lr_scheduler(scheduler_);
   // cpu_offload: the sharded optimizer state joins the sharded params and grads in the host pool.
