@@ -17,6 +17,7 @@
 //                           / tp plus the state of the parameters every tp rank keeps whole
 //                           (replicated, Partial) and of the KV heads shared by t/G ranks
 //   activation_peak_bytes   allocator peak of the last step minus what stays after it
+//   counted_sites           the count, site by site (kind, group, runs per step, bytes)
 //
 // and, on stderr, each step and the counted sites.
 //
@@ -266,7 +267,12 @@ int run(int argc, char** argv, dist::Runtime& rt) {
               {"state_target_bytes", state.one_process / t + state.replicated + state.shared_kv},
               {"persistent_bytes", mem.current_bytes},
               {"peak_bytes", mem.peak_bytes},
-              {"activation_peak_bytes", mem.peak_bytes - mem.current_bytes}};
+              {"activation_peak_bytes", mem.peak_bytes - mem.current_bytes},
+              {"counted_sites", Json::array()}};
+    for (const bench::VolumeSite& site : sites)
+      r["counted_sites"].push_back({{"kind", bench::site_kind_name(site.kind)}, {"what", site.what},
+                                    {"group", site.group}, {"count", site.count},
+                                    {"forward_bytes", site.forward_bytes}, {"backward_bytes", site.backward_bytes}});
     std::printf("RESULT %s\n", r.dump().c_str());
   }
   return 0;

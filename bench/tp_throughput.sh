@@ -65,13 +65,19 @@ if [[ " $PARTS " == *" bytes "* ]]; then
       declare -n extra=$arch
       line=$(bench "$tp" "${small[@]}" "${extra[@]}" --tp "$tp" --steps 2 --warmup 1)
       echo "bytes $arch tp $tp: $line"
-      $PY -c "
+      $PY - "$line" "$arch" <<'PYEOF'
 import json, sys
 r = json.loads(sys.argv[1])
-m, c = r['bytes_sent_per_step']['tp'], r['counted_bytes_per_step']['tp']
-kv = r['counted_bytes_per_step']['tp_kv_not_in_stats']
-print('  %-12s tp %d: sent %d B, counted %d B, ratio %.6f%s' % (sys.argv[2], r['tp'], m, c, r['bytes_ratio'],
-      ', +%d B counted on the KV-sharing sub-group (not in the mesh stats)' % kv if kv else ''))" "$line" "$arch"
+kinds = ["sequence", "latent", "vocabulary", "grads", "moe", "scalars"]
+by = {k: 0 for k in kinds}
+for s in r["counted_sites"]:
+    if s["group"] == "tp": by[s["kind"]] += s["forward_bytes"] + s["backward_bytes"]
+kv = r["counted_bytes_per_step"]["tp_kv_not_in_stats"]
+print("  %-12s tp %d: sent %d B, counted %d B, ratio %.6f (by kind: %s)%s" % (
+    sys.argv[2], r["tp"], r["bytes_sent_per_step"]["tp"], r["counted_bytes_per_step"]["tp"], r["bytes_ratio"],
+    ", ".join("%s %d" % (k, by[k]) for k in kinds if by[k]),
+    "; +%d B counted on the KV-sharing sub-group, which no CommStats sees" % kv if kv else ""))
+PYEOF
       unset -n extra
     done
   done

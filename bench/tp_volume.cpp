@@ -14,17 +14,17 @@ constexpr int64_t kGatheredAllReduceLimit = int64_t{1} << 14;  // mpi_process_gr
 
 class Sites {
  public:
-  void add(const std::string& what, int64_t forward, int64_t backward, const std::string& group = "tp") {
+  void add(SiteKind kind, const std::string& what, int64_t forward, int64_t backward, const std::string& group = "tp") {
     auto it = std::find_if(sites_.begin(), sites_.end(),
                            [&](const VolumeSite& s) { return s.what == what && s.group == group; });
-    if (it == sites_.end()) it = sites_.insert(sites_.end(), VolumeSite{what, group});
+    if (it == sites_.end()) it = sites_.insert(sites_.end(), VolumeSite{kind, what, group});
     ++it->count;
     it->forward_bytes += forward;
     it->backward_bytes += backward;
   }
   // One parameter left whole on every tp rank: its grad is all-reduced once per backward.
   void partial_grad(const std::string& what, int64_t elements, int t) {
-    add("grad all-reduce: " + what, 0, all_reduce_bytes(elements, kF32, t));
+    add(SiteKind::grads, "grad all-reduce: " + what, 0, all_reduce_bytes(elements, kF32, t));
   }
   std::vector<VolumeSite> take() { return std::move(sites_); }
 
@@ -39,8 +39,8 @@ struct Ctx {
   // One sequence move of [B, S, w] between split and whole (either direction).
   int64_t move(int64_t width) const { return all_gather_bytes(step.batch * step.seq / t * width, kF32, t); }
   // A layer's sequence all-gather: forward, and its reduce-scatter (+ the gather again) backward.
-  void gather(Sites& s, const std::string& what, int64_t width) const {
-    s.add(what, move(width), move(width) + (step.gathers_recomputed ? move(width) : 0));
+  void gather(Sites& s, SiteKind kind, const std::string& what, int64_t width) const {
+    s.add(kind, what, move(width), move(width) + (step.gathers_recomputed ? move(width) : 0));
   }
   void norm(Sites& s, int64_t dim) const {
     s.partial_grad("norm weights", dim, t);
@@ -70,19 +70,19 @@ void attention_sites(Sites& s, const Ctx& x) {
   const int64_t D = c.hidden_size;
   if (c.multi_latent_attention) {
     if (c.q_lora_rank > 0) {
-      x.gather(s, "MLA q latent all-gather [B,S/t,q_lora_rank]", c.q_lora_rank);
+      x.gather(s, SiteKind::latent, "MLA q latent all-gather [B,S/t,q_lora_rank]", c.q_lora_rank);
       s.partial_grad("MLA down-projections", c.q_lora_rank * D, x.t);  // linear_qa
       if (c.attention_bias) s.partial_grad("biases", c.q_lora_rank, x.t);
       x.norm(s, c.q_lora_rank);  // q_layernorm
-      x.gather(s, "MLA kv latent all-gather [B,S/t,kv_lora_rank+qk_rope_head_dim]", c.kv_lora_rank + c.qk_rope_head_dim);
+      x.gather(s, SiteKind::latent, "MLA kv latent all-gather [B,S/t,kv_lora_rank+qk_rope_head_dim]", c.kv_lora_rank + c.qk_rope_head_dim);
     } else {
-      x.gather(s, "attention input all-gather [B,S/t,D]", D);
+      x.gather(s, SiteKind::sequence, "attention input all-gather [B,S/t,D]", D);
     }
     s.partial_grad("MLA down-projections", (c.kv_lora_rank + c.qk_rope_head_dim) * D, x.t);  // linear_kva
     if (c.attention_bias) s.partial_grad("biases", c.kv_lora_rank + c.qk_rope_head_dim, x.t);
     x.norm(s, c.kv_lora_rank);  // kv_layernorm
   } else {
-    x.gather(s, "attention input all-gather [B,S/t,D]", D);
+    x.gather(s, SiteKind::sequence, "attention input all-gather [B,S/t,D]", D);
     if (c.qk_layernorm) {
       x.norm(s, c.head_dim);
       x.norm(s, c.head_dim);
@@ -91,12 +91,12 @@ void attention_sites(Sites& s, const Ctx& x) {
     if (G % x.t != 0) {  // t/G ranks share each KV head: linear_k and linear_v summed among them
       const int copies = x.t / static_cast<int>(G);
       for (int i = 0; i < 2; ++i) {
-        s.add("shared KV head grad all-reduce", 0, all_reduce_bytes(c.head_dim * D, kF32, copies), "tp_kv");
-        if (c.attention_bias) s.add("shared KV head grad all-reduce", 0, all_reduce_bytes(c.head_dim, kF32, copies), "tp_kv");
+        s.add(SiteKind::grads, "shared KV head grad all-reduce", 0, all_reduce_bytes(c.head_dim * D, kF32, copies), "tp_kv");
+        if (c.attention_bias) s.add(SiteKind::grads, "shared KV head grad all-reduce", 0, all_reduce_bytes(c.head_dim, kF32, copies), "tp_kv");
       }
     }
   }
-  s.add("linear_proj reduce-scatter [B,S,D]", x.move(D), x.move(D));
+  s.add(SiteKind::sequence, "linear_proj reduce-scatter [B,S,D]", x.move(D), x.move(D));
   if (c.attention_bias) s.partial_grad("biases", D, x.t);  // linear_proj's, added after the sum
 }
 
@@ -104,17 +104,17 @@ void mlp_sites(Sites& s, const Ctx& x, int64_t layer) {
   const nn::TransformerConfig& c = x.c;
   const int64_t D = c.hidden_size;
   if (!c.is_moe_layer(layer)) {
-    x.gather(s, "MLP input all-gather [B,S/t,D]", D);
-    s.add("linear_fc2 reduce-scatter [B,S,D]", x.move(D), x.move(D));
+    x.gather(s, SiteKind::sequence, "MLP input all-gather [B,S/t,D]", D);
+    s.add(SiteKind::sequence, "linear_fc2 reduce-scatter [B,S,D]", x.move(D), x.move(D));
     if (c.mlp_bias) s.partial_grad("biases", D, x.t);
     return;
   }
   const int64_t E = c.num_experts, B = x.step.batch;
   const BalanceStatistics b = balance_statistics(c);
-  if (b.per_token) s.add("MoE balance statistics all-reduce", all_reduce_bytes(E, kF32, x.t) + all_reduce_bytes(E, kF64, x.t), 0);
+  if (b.per_token) s.add(SiteKind::moe, "MoE balance statistics all-reduce", all_reduce_bytes(E, kF32, x.t) + all_reduce_bytes(E, kF64, x.t), 0);
   if (b.per_sequence)
-    s.add("MoE balance statistics all-reduce", all_reduce_bytes(B * E, kF32, x.t) + all_reduce_bytes(B * E, kF64, x.t), 0);
-  s.add("MoE routing counts all-reduce (after the step)", 0, all_reduce_bytes(E, kI64, x.t));
+    s.add(SiteKind::moe, "MoE balance statistics all-reduce", all_reduce_bytes(B * E, kF32, x.t) + all_reduce_bytes(B * E, kF64, x.t), 0);
+  s.add(SiteKind::moe, "MoE routing counts all-reduce (after the step)", 0, all_reduce_bytes(E, kI64, x.t));
   const int64_t F = c.moe_intermediate_size;
   s.partial_grad("MoE router, experts, shared experts", E * D, x.t);
   s.partial_grad("MoE router, experts, shared experts", E * D * 2 * F, x.t);
@@ -138,15 +138,15 @@ void layer_sites(Sites& s, const Ctx& x, int64_t layer) {
 // and once per MTP depth.
 void embedding_head_loss_sites(Sites& s, const Ctx& x) {
   const int64_t D = x.c.hidden_size, N = x.step.batch * x.step.seq;
-  s.add("embedding reduce-scatter [B,S,D]", x.move(D), x.move(D));
-  s.add("head input all-gather [B,S/t,D]", x.move(D), x.move(D));
+  s.add(SiteKind::vocabulary, "embedding reduce-scatter [B,S,D]", x.move(D), x.move(D));
+  s.add(SiteKind::vocabulary, "head input all-gather [B,S/t,D]", x.move(D), x.move(D));
   const int64_t chunk = kernels::cpu::linear_cross_entropy_chunk(N, x.c.vocab_size / x.t, 0);
   int64_t bytes = 0;
   for (int64_t t0 = 0; t0 < N; t0 += chunk) {
     const int64_t rows = std::min(chunk, N - t0);
     bytes += all_reduce_bytes(rows, kF32, x.t) + all_reduce_bytes(2 * rows, kF32, x.t);
   }
-  s.add("loss all-reduces of per-token max, Σexp, target logit", bytes, 0);
+  s.add(SiteKind::vocabulary, "loss all-reduces of per-token max, Σexp, target logit", bytes, 0);
 }
 
 }  // namespace
@@ -194,9 +194,21 @@ std::vector<VolumeSite> count_tp_volume(const nn::TransformerConfig& c, int t, c
                          (c.mtp_num_layers > 0 ? 1 + c.mtp_num_layers : 0);
   const int n = step.world_size;
   const std::string scalars = n == t ? "tp" : "world";
-  s.add("loss and extra-loss scalars (world)", (1 + extras) * all_reduce_bytes(1, kF64, n), 0, scalars);
-  s.add("grad-norm scalar (world)", 0, all_reduce_bytes(1, kF64, n), scalars);
+  s.add(SiteKind::scalars, "loss and extra-loss scalars (world)", (1 + extras) * all_reduce_bytes(1, kF64, n), 0, scalars);
+  s.add(SiteKind::scalars, "grad-norm scalar (world)", 0, all_reduce_bytes(1, kF64, n), scalars);
   return s.take();
+}
+
+const char* site_kind_name(SiteKind kind) {
+  switch (kind) {
+    case SiteKind::sequence: return "sequence";
+    case SiteKind::latent: return "latent";
+    case SiteKind::vocabulary: return "vocabulary";
+    case SiteKind::grads: return "grads";
+    case SiteKind::moe: return "moe";
+    case SiteKind::scalars: return "scalars";
+  }
+  return "?";
 }
 
 int64_t total_bytes(const std::vector<VolumeSite>& sites, const std::string& group) {

@@ -64,8 +64,20 @@ struct TpStepShape {
   int world_size = 1;               // t without data parallelism: the step's scalars then share tp's communicator
 };
 
+// What a site moves, for tables by kind.
+enum class SiteKind {
+  sequence,    // the layers' sequence all-gathers and reduce-scatters of [B, S, D]
+  latent,      // MLA's latent all-gathers
+  vocabulary,  // the embedding's reduce-scatter, the head's all-gather, the loss's reductions
+  grads,       // grad all-reduces of replicated (and shared-KV) parameters
+  moe,         // balance statistics and routing counts
+  scalars,     // the step's logged loss values and the grad norm
+};
+const char* site_kind_name(SiteKind kind);
+
 // One kind of collective site: how often it runs per step and the bytes of all its runs.
 struct VolumeSite {
+  SiteKind kind;
   std::string what;
   std::string group;  // "tp", "world" (when it is not tp) or "tp_kv" (the KV-sharing sub-group)
   int64_t count = 0;
