@@ -61,7 +61,7 @@ std::string cpu_model() {
   return "unknown";
 }
 
-// Random tokens for micro-batch `index` of data shard `shard` (the same on every tp rank of it).
+// Random tokens for batch `index`; the tp ranks of a data shard pass the same index.
 data::Batch random_batch(int64_t vocab, int64_t B, int64_t S, uint64_t index) {
   std::vector<int32_t> ids(static_cast<size_t>(B * S)), labels(ids.size());
   for (int64_t i = 0; i < B * S; ++i) {
