@@ -118,7 +118,19 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
     if (seq_length && *seq_length % cp != 0)
       diag.error(P + "context_parallel", "seq_length " + std::to_string(*seq_length) +
                                              " must be divisible by context_parallel (" + std::to_string(cp) +
-                                             "): each CP rank takes a contiguous 1/context_parallel of the sequence");
+                                             "): each CP rank takes 1/context_parallel of the sequence");
+    else if (seq_length && p.context_parallel_load_balance && *seq_length % (2 * cp) != 0)
+      diag.error(P + "context_parallel",
+                 "seq_length " + std::to_string(*seq_length) + " must be divisible by 2 * context_parallel (" +
+                     std::to_string(2 * cp) + "): the load-balanced split cuts each sequence into 2 * "
+                     "context_parallel chunks; pad seq_length, or set parallelism.context_parallel_load_balance: "
+                     "false for the contiguous split");
+    if (model.mtp_num_layers > 0)
+      diag.error(P + "context_parallel", "multi-token prediction (model.mtp_num_layers " +
+                                             std::to_string(model.mtp_num_layers) +
+                                             ") is not trained with context parallelism yet: its shifted inputs "
+                                             "cross the CP ranks' sequence boundaries; set mtp_num_layers: 0 or "
+                                             "context_parallel: 1");
   } else if (p.ulysses_degree_in_cp || p.context_parallel_method != "colossal") {
     if (c.is_explicit(P + "ulysses_degree_in_cp") && p.ulysses_degree_in_cp)
       diag.warn(P + "ulysses_degree_in_cp", "has no effect while context_parallel is 1");
@@ -159,13 +171,17 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
   ParallelChecks out;
   // Valid by the spec, not trained by this build yet: the run stops at start-up, check-config
   // accepts the file and notes it.
-  for (const auto& [field, value] : {std::pair<const char*, int>{"context_parallel", p.context_parallel},
-                                     {"pipeline_parallel", p.pipeline_parallel},
+  if (cp > 1 && p.context_parallel_method != "colossal")
+    out.unsupported.emplace_back(P + "context_parallel_method",
+                                 P + "context_parallel_method: is '" + p.context_parallel_method +
+                                     "', but this build trains context parallelism with 'colossal' (the ring) "
+                                     "only; set context_parallel_method: colossal");
+  for (const auto& [field, value] : {std::pair<const char*, int>{"pipeline_parallel", p.pipeline_parallel},
                                      {"expert_parallel", p.expert_parallel}})
     if (value > 1)
       out.unsupported.emplace_back(P + field, P + field + ": is " + std::to_string(value) + ", but this build trains "
-                                   "data and tensor parallelism only (FSDP/HSDP through data_parallel_shard, and "
-                                   "tensor_parallel); set " + field + ": 1");
+                                   "data, tensor and context parallelism only (FSDP/HSDP through "
+                                   "data_parallel_shard, tensor_parallel and context_parallel); set " + field + ": 1");
   out.degrees_valid = degrees_ok && shard_ok;
   if (degrees_ok) out.pipeline = plan_pipeline(p, known_size(model.num_layers), c, diag);
   return out;

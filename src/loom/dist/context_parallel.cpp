@@ -1,0 +1,357 @@
+#include "loom/dist/context_parallel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+
+#include "loom/autograd/function.h"
+#include "loom/autograd/grad_mode.h"
+#include "loom/core/trace.h"
+#include "loom/dist/functional.h"
+#include "loom/kernels/kernel_table.h"
+#include "loom/nn/attention.h"
+#include "loom/nn/causal_lm.h"
+#include "loom/nn/moe.h"
+#include "loom/nn/router.h"
+#include "loom/ops/elementwise.h"
+#include "loom/ops/loss.h"
+#include "loom/ops/shape.h"
+
+namespace loom::dist {
+
+namespace {
+
+using Group = std::shared_ptr<ProcessGroup>;
+using Grads = std::vector<Tensor>;
+
+constexpr int kSeqDim = 1;  // inputs [B, S], activations [B, S, ...]
+// One tag per kind of message, so a K block can never be taken for a V block or a gradient.
+constexpr int kTagK = 11, kTagV = 12, kTagDK = 13, kTagDV = 14;
+
+std::atomic<int64_t> g_blocks_computed{0}, g_blocks_skipped{0}, g_visible_pairs{0};
+
+// Where every rank's tokens sit in the sequence, and the document ends: all a rank needs to
+// know which keys of any block its queries see.
+struct RingGeometry {
+  int c = 1, r = 0;
+  int64_t B = 0, S = 0;
+  std::vector<std::vector<int64_t>> indices;  // per cp rank, ascending global sequence indices
+  std::vector<int64_t> ends;                  // doc_ends, [B, K] row-major; empty: one document
+  int64_t K = 0;
+
+  RingGeometry(const SequenceSplit& split, int rank, int64_t batch, int64_t local_len, const Tensor& doc_ends)
+      : c(split.cp), r(rank), B(batch), S(local_len * split.cp) {
+    for (int j = 0; j < c; ++j) indices.push_back(split.indices(j, S));
+    if (doc_ends.defined()) {
+      LOOM_CHECK(doc_ends.dim() == 2 && doc_ends.size(0) == B && doc_ends.size(1) >= 1, ShapeError,
+                 "context parallel attention: doc_ends ", doc_ends.shape().str(), " must be [batch, K] = [", B,
+                 ", K>=1] of global document ends");
+      ends = doc_ends.to_int_vector();
+      K = doc_ends.size(1);
+    }
+  }
+
+  // int64 [B, Sl, 2]: the rows of block j each local query sees (causal within its document).
+  Tensor key_ranges(int j, int64_t& visible) const {
+    const std::vector<int64_t>& q = indices[r];
+    const std::vector<int64_t>& kv = indices[j];
+    const int64_t Sl = static_cast<int64_t>(q.size());
+    Tensor ranges = Tensor::empty({B, Sl, 2}, DType::i64);
+    int64_t* out = ranges.data<int64_t>();
+    visible = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t* e = K ? ends.data() + b * K : nullptr;
+      for (int64_t i = 0; i < Sl; ++i) {
+        const int64_t p = q[i];
+        int64_t lo = 0, hi = p + 1;  // global indices [lo, hi)
+        if (e) {
+          if (p >= e[K - 1]) {
+            hi = 0;
+          } else {
+            const int64_t d = std::upper_bound(e, e + K, p) - e;
+            lo = d ? e[d - 1] : 0;
+            hi = std::min(hi, e[d]);
+          }
+        }
+        int64_t a = 0, z = 0;
+        if (lo < hi) {
+          a = std::lower_bound(kv.begin(), kv.end(), lo) - kv.begin();
+          z = std::lower_bound(kv.begin(), kv.end(), hi) - kv.begin();
+        }
+        if (z <= a) a = z = 0;
+        out[2 * (b * Sl + i)] = a;
+        out[2 * (b * Sl + i) + 1] = z;
+        visible += z - a;
+      }
+    }
+    return ranges;
+  }
+};
+
+kernels::AttentionMask ranges_mask(Tensor ranges) {
+  kernels::AttentionMask m;
+  m.causal = false;
+  m.key_ranges = std::move(ranges);
+  return m;
+}
+
+DType compute_dtype(DType d) { return d == DType::f64 ? DType::f64 : DType::f32; }
+
+// The operand the kernels and the transport read: compute dtype, contiguous.
+Tensor compute_operand(const Tensor& t) {
+  const DType c = compute_dtype(t.dtype());
+  return (t.dtype() == c ? t : t.to(c)).contiguous();
+}
+
+// The K/V block travelling the ring: this step's pair, and the transfers bringing the next.
+struct KvRing {
+  Group cp;
+  int next = 0, prev = 0;
+  Tensor k, v, next_k, next_v;
+  std::vector<WorkHandle> pending;
+
+  KvRing(Group group, Tensor k0, Tensor v0) : cp(std::move(group)), k(std::move(k0)), v(std::move(v0)) {
+    const int c = cp->size(), r = cp->rank();
+    next = (r + 1) % c;
+    prev = (r + c - 1) % c;
+  }
+  // Issued before the step's compute, so the transfer runs behind it.
+  void start_next() {
+    next_k = Tensor::empty(k.shape(), k.dtype());
+    next_v = Tensor::empty(v.shape(), v.dtype());
+    pending = {cp->irecv(next_k, prev, kTagK), cp->irecv(next_v, prev, kTagV), cp->isend(k, next, kTagK),
+               cp->isend(v, next, kTagV)};
+  }
+  void finish_next() {
+    for (WorkHandle& w : pending) w->wait();
+    pending.clear();
+    k = next_k;
+    v = next_v;
+  }
+};
+
+}  // namespace
+
+// ---- The split ---------------------------------------------------------------------------------
+
+std::vector<int64_t> SequenceSplit::indices(int rank, int64_t S) const {
+  LOOM_ASSERT(cp >= 1 && rank >= 0 && rank < cp, "SequenceSplit: rank ", rank, " of ", cp);
+  const int64_t parts = load_balanced ? 2 * cp : cp;
+  LOOM_CHECK(S % parts == 0, ShapeError, "context parallelism: the sequence length ", S, " must be divisible by ",
+             load_balanced ? "2·context_parallel = " : "context_parallel = ", parts,
+             load_balanced ? " (the load-balanced split cuts it into 2·context_parallel chunks; set "
+                             "parallelism.context_parallel_load_balance: false for the contiguous split)"
+                           : "");
+  const int64_t n = S / parts;
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(S / cp));
+  auto chunk = [&](int64_t c) {
+    for (int64_t i = c * n; i < (c + 1) * n; ++i) out.push_back(i);
+  };
+  chunk(rank);
+  if (load_balanced) chunk(2 * cp - 1 - rank);
+  return out;
+}
+
+Tensor SequenceSplit::local(const Tensor& x, int rank) const {
+  LOOM_CHECK(x.defined() && x.dim() >= 2, ShapeError, "context parallelism splits [batch, seq, ...] inputs, got ",
+             x.defined() ? x.shape().str() : std::string("an undefined tensor"));
+  autograd::NoGradGuard no_grad;
+  const int64_t S = x.size(kSeqDim);
+  const std::vector<int64_t> idx = indices(rank, S);
+  const int64_t n = load_balanced ? S / (2 * cp) : S / cp;
+  if (!load_balanced) return x.narrow(kSeqDim, idx.front(), n).contiguous().clone();
+  return ops::cat({x.narrow(kSeqDim, idx.front(), n), x.narrow(kSeqDim, idx[static_cast<size_t>(n)], n)}, kSeqDim)
+      .contiguous();
+}
+
+RingWork ring_work() { return {g_blocks_computed.load(), g_blocks_skipped.load(), g_visible_pairs.load()}; }
+
+void reset_ring_work() {
+  g_blocks_computed = 0;
+  g_blocks_skipped = 0;
+  g_visible_pairs = 0;
+}
+
+// ---- Ring attention ----------------------------------------------------------------------------
+
+Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_ends, double scale,
+                      const SequenceSplit& split, const Group& cp, Tensor* max_logits) {
+  LOOM_TRACE("op", "ring_attention");
+  LOOM_CHECK(cp != nullptr && cp->size() == split.cp, ValueError, "ring attention: the cp group (",
+             cp ? cp->size() : 0, " ranks) does not match the split over ", split.cp);
+  LOOM_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && k.size(1) == q.size(1) && v.size(1) == q.size(1),
+             ShapeError, "ring attention: q ", q.shape().str(), ", k ", k.shape().str(), ", v ", v.shape().str(),
+             " must be [batch, local seq, heads, dim] with one local sequence length");
+  const RingGeometry geo(split, cp->rank(), q.size(0), q.size(1), doc_ends);
+  const int c = split.cp;
+  const kernels::KernelTable& kt = kernels::for_tensor(q, "ring attention");
+  const Tensor qc = compute_operand(q);
+  const DType compute = qc.dtype();
+  const int64_t H = q.size(2);
+  Tensor out = Tensor::zeros({q.size(0), q.size(1), H, v.size(3)}, compute);
+  Tensor lse = Tensor::full({q.size(0), H, q.size(1)}, -std::numeric_limits<double>::infinity(), compute);
+  std::vector<float> head_max(static_cast<size_t>(H), -INFINITY);
+
+  KvRing ring(cp, compute_operand(k), compute_operand(v));
+  for (int s = 0; s < c; ++s) {
+    const int j = (geo.r - s + c) % c;
+    if (s + 1 < c) ring.start_next();
+    int64_t visible = 0;
+    Tensor ranges = geo.key_ranges(j, visible);
+    if (visible > 0) {
+      kernels::AttentionForwardResult res =
+          kt.attention_forward(qc, ring.k, ring.v, scale, ranges_mask(ranges), max_logits != nullptr, {});
+      kt.attention_merge(out, lse, res.out, res.lse);
+      if (max_logits) {
+        const std::vector<double> m = res.max_logits.to_double_vector();
+        for (int64_t h = 0; h < H; ++h) head_max[h] = std::max(head_max[h], static_cast<float>(m[h]));
+      }
+      ++g_blocks_computed;
+      g_visible_pairs += visible;
+    } else {
+      ++g_blocks_skipped;
+    }
+    if (s + 1 < c) ring.finish_next();
+  }
+  if (max_logits) *max_logits = Tensor::from_vector(head_max, {H}, DType::f32);
+
+  Tensor result = out.dtype() == q.dtype() ? out : out.to(q.dtype());
+  autograd::record(
+      "ring_attention", {&q, &k, &v}, {&result}, {q, k, v, out, lse, doc_ends},
+      [scale, split, cp](const Grads& g, const autograd::BackwardContext& ctx) -> Grads {
+        const Tensor q0 = ctx.saved(0), k0 = ctx.saved(1), v0 = ctx.saved(2);
+        const Tensor o = ctx.saved(3), l = ctx.saved(4);
+        const RingGeometry geo(split, cp->rank(), q0.size(0), q0.size(1), ctx.saved(5));
+        const int c = split.cp;
+        const kernels::KernelTable& kt = kernels::for_tensor(g[0], "ring attention backward");
+        const Tensor qc = compute_operand(q0);
+        Tensor dq = Tensor::zeros(qc.shape(), qc.dtype());
+        KvRing ring(cp, compute_operand(k0), compute_operand(v0));
+        // The running dK/dV of the block this rank holds; sends still in flight keep theirs alive.
+        Tensor acc_k, acc_v;
+        std::vector<WorkHandle> sends;
+        auto recv_acc = [&](Tensor& dk, Tensor& dv) {
+          dk = Tensor::empty(ring.k.shape(), ring.k.dtype());
+          dv = Tensor::empty(ring.v.shape(), ring.v.dtype());
+          return std::vector<WorkHandle>{cp->irecv(dk, ring.prev, kTagDK), cp->irecv(dv, ring.prev, kTagDV)};
+        };
+        for (int s = 0; s < c; ++s) {
+          const int j = (geo.r - s + c) % c;
+          if (s + 1 < c) ring.start_next();
+          Tensor in_k, in_v;
+          std::vector<WorkHandle> incoming;
+          if (s > 0) incoming = recv_acc(in_k, in_v);  // block j's sum so far, from rank r-1
+          int64_t visible = 0;
+          Tensor ranges = geo.key_ranges(j, visible);
+          Tensor part_k, part_v;
+          if (visible > 0) {
+            kernels::AttentionGrads gr =
+                kt.attention_backward(g[0], qc, ring.k, ring.v, o, l, scale, ranges_mask(ranges), {});
+            kt.add_(dq, gr.dq, 1.0);
+            part_k = gr.dk;
+            part_v = gr.dv;
+          }
+          for (WorkHandle& w : incoming) w->wait();
+          if (s > 0) {
+            acc_k = in_k;
+            acc_v = in_v;
+            if (part_k.defined()) {
+              kt.add_(acc_k, part_k, 1.0);
+              kt.add_(acc_v, part_v, 1.0);
+            }
+          } else {
+            acc_k = part_k.defined() ? part_k : Tensor::zeros(ring.k.shape(), ring.k.dtype());
+            acc_v = part_v.defined() ? part_v : Tensor::zeros(ring.v.shape(), ring.v.dtype());
+          }
+          // Forward the sum to rank r+1, which holds block j next; after the last step that is j.
+          sends.push_back(cp->isend(acc_k, ring.next, kTagDK));
+          sends.push_back(cp->isend(acc_v, ring.next, kTagDV));
+          if (s + 1 < c) ring.finish_next();
+        }
+        Tensor dk, dv;
+        for (WorkHandle& w : recv_acc(dk, dv)) w->wait();  // this rank's own block, complete
+        for (WorkHandle& w : sends) w->wait();
+        auto back = [](const Tensor& grad, const Tensor& like) {
+          return grad.dtype() == like.dtype() ? grad : grad.to(like.dtype());
+        };
+        return {ctx.needs_input_grad(0) ? back(dq, q0) : Tensor(), ctx.needs_input_grad(1) ? back(dk, k0) : Tensor(),
+                ctx.needs_input_grad(2) ? back(dv, v0) : Tensor()};
+      });
+  return result;
+}
+
+// ---- Attaching to a model ----------------------------------------------------------------------
+
+void apply_context_parallel(nn::Module& model, DeviceMesh& mesh, const ContextParallelOptions& options) {
+  auto* lm = dynamic_cast<nn::CausalLM*>(&model);
+  LOOM_CHECK(lm != nullptr, ValueError, "context parallelism splits an nn::CausalLM; got a ", model.type_name());
+  const nn::TransformerConfig& config = lm->config();
+  LOOM_CHECK(config.mtp_num_layers == 0, ConfigError, "context parallelism does not train multi-token prediction "
+             "yet (its shifted inputs cross the cp ranks' boundaries); set model.mtp_num_layers: 0 or "
+             "parallelism.context_parallel: 1");
+  const Group cp = mesh.group_ptr("cp");
+  const SequenceSplit split{cp->size(), options.load_balanced};
+  const int rank = cp->rank();
+  const int tp = mesh.size("tp");
+
+  // Inputs: this rank's tokens of the ids, and of the positions (explicit: RoPE needs global ones).
+  lm->embedding().add_forward_wrapper([split, rank](const nn::TensorFn& inner, const std::vector<Tensor>& in) {
+    return inner({split.local(in[0], rank)});
+  });
+  lm->decoder().add_forward_wrapper([split, rank, tp](const nn::TensorFn& inner, const std::vector<Tensor>& in) {
+    Tensor positions = in[1];
+    if (positions.defined()) {
+      positions = split.local(positions, rank);
+    } else {
+      // The hidden states are this rank's S/c tokens, split once more over tp by sequence parallelism.
+      const int64_t B = in[0].size(0), S = in[0].size(kSeqDim) * tp * split.cp;
+      const std::vector<int64_t> idx = split.indices(rank, S);
+      std::vector<int64_t> rows;
+      rows.reserve(static_cast<size_t>(B) * idx.size());
+      for (int64_t b = 0; b < B; ++b) rows.insert(rows.end(), idx.begin(), idx.end());
+      positions = Tensor::from_vector(rows, {B, static_cast<int64_t>(idx.size())}, DType::i64);
+    }
+    return inner({in[0], positions, in[2]});
+  });
+
+  // Core attention: the ring, with the module's scale; its QK-clip maxima are this rank's.
+  for (nn::AttentionLayer* layer : lm->attention_layers()) {
+    nn::CoreAttention* core = &layer->core_attention();
+    LOOM_CHECK(core->options().causal, ConfigError, "context parallelism needs causal attention");
+    core->add_forward_wrapper([core, split, cp](const nn::TensorFn&, const std::vector<Tensor>& in) {
+      const double set = core->options().softmax_scale;
+      const double scale = set != 0 ? set : 1.0 / std::sqrt(static_cast<double>(in[0].size(3)));
+      Tensor step_max;
+      Tensor o = ring_attention(in[0], in[1], in[2], in[3], scale, split, cp,
+                                core->tracking_max_logits() ? &step_max : nullptr);
+      core->fold_max_logits(step_max);
+      return std::vector<Tensor>{o};
+    });
+  }
+
+  // Loss: this rank's share of the one-process token mean, summed over cp (replicated from here).
+  lm->set_head_loss([inner = lm->head_loss(), split, rank, cp, vocab = config.vocab_size](
+                        const Tensor& hidden, const Tensor& weight, const Tensor& labels, const Tensor& loss_mask,
+                        bool grads_in_forward) {
+    const Tensor local_labels = split.local(labels, rank);
+    const Tensor local_mask = loss_mask.defined() ? split.local(loss_mask, rank) : Tensor();
+    const Tensor mean = inner(hidden, weight, local_labels, local_mask, grads_in_forward);
+    const double mine = ops::loss_token_count(local_labels, local_mask, vocab);
+    const double all = cp->all_reduce_scalar(mine);
+    return all_reduce(ops::scale(mean, (mine + ops::kLossMaskEpsilon) / (all + ops::kLossMaskEpsilon)), cp);
+  });
+
+  // MoE balance statistics over the whole sequence (after tp's sum, when TP wrapped them first).
+  for (nn::MoELayer* moe : lm->moe_layers())
+    moe->router().add_operation_wrapper("reduce_statistics",
+                                        [cp](const nn::TensorFn& inner, const std::vector<Tensor>& in) {
+                                          std::vector<Tensor> out = inner(in);
+                                          for (Tensor& t : out)
+                                            if (t.defined()) t = all_reduce(t, cp);
+                                          return out;
+                                        });
+}
+
+}  // namespace loom::dist
