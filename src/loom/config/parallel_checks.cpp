@@ -89,6 +89,24 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
                                                  "ulysses_degree == 0, got model.num_attention_heads " +
                                                      std::to_string(*heads) + " and ulysses degree " +
                                                      std::to_string(u));
+      // Loom's all-to-all splits the heads with or without async (dist/context_parallel.h); under
+      // TP it splits each rank's H/tp.
+      const int tp = p.tensor_parallel;
+      if (!p.context_parallel_async && heads && tp >= 1 && *heads % (static_cast<int64_t>(tp) * u) != 0)
+        diag.error(P + "context_parallel_method", "'ulysses' requires the attention heads per tensor-parallel rank "
+                                                  "(model.num_attention_heads " + std::to_string(*heads) + " / "
+                                                  "tensor_parallel " + std::to_string(tp) + ") to be divisible by the "
+                                                  "ulysses degree " + std::to_string(u) + ": the all-to-all splits "
+                                                  "the heads; use 'colossal' or change context_parallel");
+      const auto kv = model.multi_latent_attention ? heads : known_size(model.num_key_value_heads);
+      if (kv && tp >= 1 && (*kv >= tp || tp % *kv != 0)) {
+        const int64_t local_kv = std::max<int64_t>(*kv / tp, 1);
+        if (local_kv % u != 0 && u % local_kv != 0)
+          diag.error(P + "context_parallel_method", "'ulysses' requires the KV heads per tensor-parallel rank (" +
+                                                        std::to_string(local_kv) + ") and the ulysses degree " +
+                                                        std::to_string(u) + " to divide one another (fewer KV heads "
+                                                        "than the degree are repeated)");
+      }
     } else if (p.context_parallel_method == "hybrid") {
       if (!p.ulysses_degree_in_cp)
         diag.error(P + "ulysses_degree_in_cp", "context_parallel_method 'hybrid' requires ulysses_degree_in_cp with "
@@ -171,11 +189,14 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
   ParallelChecks out;
   // Valid by the spec, not trained by this build yet: the run stops at start-up, check-config
   // accepts the file and notes it.
-  if (cp > 1 && p.context_parallel_method != "colossal")
+  if (cp > 1 && p.context_parallel_method == "hybrid")
     out.unsupported.emplace_back(P + "context_parallel_method",
-                                 P + "context_parallel_method: is '" + p.context_parallel_method +
-                                     "', but this build trains context parallelism with 'colossal' (the ring) "
-                                     "only; set context_parallel_method: colossal");
+                                 P + "context_parallel_method: is 'hybrid', but this build trains context "
+                                     "parallelism with 'colossal' (the ring) and 'ulysses' only; set "
+                                     "context_parallel_method: colossal");
+  if (cp > 1 && p.context_parallel_async)
+    diag.warn(P + "context_parallel_async", "has no effect in this build: the colossal ring always overlaps its "
+                                            "transfers with compute, and Ulysses' all-to-alls are blocking");
   for (const auto& [field, value] : {std::pair<const char*, int>{"pipeline_parallel", p.pipeline_parallel},
                                      {"expert_parallel", p.expert_parallel}})
     if (value > 1)

@@ -14,7 +14,9 @@
 #include "loom/nn/causal_lm.h"
 #include "loom/nn/moe.h"
 #include "loom/nn/router.h"
+#include "loom/ops/attention.h"
 #include "loom/ops/elementwise.h"
+#include "loom/ops/index.h"
 #include "loom/ops/loss.h"
 #include "loom/ops/shape.h"
 
@@ -29,7 +31,7 @@ constexpr int kSeqDim = 1;  // inputs [B, S], activations [B, S, ...]
 // One tag per kind of message, so a K block can never be taken for a V block or a gradient.
 constexpr int kTagK = 11, kTagV = 12, kTagDK = 13, kTagDV = 14;
 
-std::atomic<int64_t> g_blocks_computed{0}, g_blocks_skipped{0}, g_visible_pairs{0};
+std::atomic<int64_t> g_blocks_computed{0}, g_blocks_skipped{0}, g_visible_pairs{0}, g_ring_bytes{0};
 
 // Where every rank's tokens sit in the sequence, and the document ends: all a rank needs to
 // know which keys of any block its queries see.
@@ -166,12 +168,15 @@ Tensor SequenceSplit::local(const Tensor& x, int rank) const {
       .contiguous();
 }
 
-RingWork ring_work() { return {g_blocks_computed.load(), g_blocks_skipped.load(), g_visible_pairs.load()}; }
+RingWork ring_work() {
+  return {g_blocks_computed.load(), g_blocks_skipped.load(), g_visible_pairs.load(), g_ring_bytes.load()};
+}
 
 void reset_ring_work() {
   g_blocks_computed = 0;
   g_blocks_skipped = 0;
   g_visible_pairs = 0;
+  g_ring_bytes = 0;
 }
 
 // ---- Ring attention ----------------------------------------------------------------------------
@@ -194,6 +199,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
   Tensor lse = Tensor::full({q.size(0), H, q.size(1)}, -std::numeric_limits<double>::infinity(), compute);
   std::vector<float> head_max(static_cast<size_t>(H), -INFINITY);
 
+  const int64_t sent_before = cp->stats().bytes_sent;
   KvRing ring(cp, compute_operand(k), compute_operand(v));
   for (int s = 0; s < c; ++s) {
     const int j = (geo.r - s + c) % c;
@@ -216,6 +222,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
     if (s + 1 < c) ring.finish_next();
   }
   if (max_logits) *max_logits = Tensor::from_vector(head_max, {H}, DType::f32);
+  g_ring_bytes += cp->stats().bytes_sent - sent_before;
 
   Tensor result = out.dtype() == q.dtype() ? out : out.to(q.dtype());
   autograd::record(
@@ -228,6 +235,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
         const kernels::KernelTable& kt = kernels::for_tensor(g[0], "ring attention backward");
         const Tensor qc = compute_operand(q0);
         Tensor dq = Tensor::zeros(qc.shape(), qc.dtype());
+        const int64_t sent_before = cp->stats().bytes_sent;
         KvRing ring(cp, compute_operand(k0), compute_operand(v0));
         // The running dK/dV of the block this rank holds; sends still in flight keep theirs alive.
         Tensor acc_k, acc_v;
@@ -273,6 +281,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
         Tensor dk, dv;
         for (WorkHandle& w : recv_acc(dk, dv)) w->wait();  // this rank's own block, complete
         for (WorkHandle& w : sends) w->wait();
+        g_ring_bytes += cp->stats().bytes_sent - sent_before;
         auto back = [](const Tensor& grad, const Tensor& like) {
           return grad.dtype() == like.dtype() ? grad : grad.to(like.dtype());
         };
@@ -280,6 +289,92 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
                 ctx.needs_input_grad(2) ? back(dv, v0) : Tensor()};
       });
   return result;
+}
+
+// ---- Ulysses -----------------------------------------------------------------------------------
+
+namespace {
+
+// The order of the gathered sequence (rank 0's tokens, then rank 1's, ...) and its inverse: the
+// gathered row of each global index. Null when the gathered order is the global one (contiguous).
+struct GatherOrder {
+  Tensor to_global;   // int64 [S]: gathered row holding global index g
+  Tensor to_gathered; // int64 [S]: global index of gathered row i
+};
+
+GatherOrder gather_order(const SequenceSplit& split, int64_t S) {
+  if (!split.load_balanced) return {};
+  std::vector<int64_t> concat;
+  for (int r = 0; r < split.cp; ++r) {
+    const std::vector<int64_t> idx = split.indices(r, S);
+    concat.insert(concat.end(), idx.begin(), idx.end());
+  }
+  std::vector<int64_t> inverse(concat.size());
+  for (size_t i = 0; i < concat.size(); ++i) inverse[static_cast<size_t>(concat[i])] = static_cast<int64_t>(i);
+  return {Tensor::from_vector(inverse, {S}), Tensor::from_vector(concat, {S})};
+}
+
+// [B, Sl, X, W] sequence-sharded → [B, S, X/u, W] head-sharded, the sequence in global order.
+Tensor seq_to_heads(const Tensor& x, const Group& group, const GatherOrder& order) {
+  const int u = group->size();
+  const int64_t B = x.size(0), Sl = x.size(1), X = x.size(2), W = x.size(3);
+  Tensor blocks = ops::contiguous(ops::permute(ops::reshape(x, {B, Sl, u, X / u, W}), {2, 0, 1, 3, 4}));
+  const std::vector<int64_t> ones(static_cast<size_t>(u), 1);
+  Tensor got = all_to_all_v(blocks, group, ones, ones);  // [u (source), B, Sl, X/u, W]
+  Tensor seq = ops::reshape(ops::permute(got, {1, 0, 2, 3, 4}), {B, u * Sl, X / u, W});
+  return order.to_global.defined() ? ops::index_select(seq, kSeqDim, order.to_global) : seq;
+}
+
+// The inverse: [B, S, X/u, W] in global order → [B, Sl, X, W] of this rank's tokens.
+Tensor heads_to_seq(const Tensor& y, const Group& group, const GatherOrder& order) {
+  const int u = group->size();
+  const int64_t B = y.size(0), S = y.size(1), Xl = y.size(2), W = y.size(3), Sl = S / u;
+  Tensor seq = order.to_gathered.defined() ? ops::index_select(y, kSeqDim, order.to_gathered) : y;
+  Tensor blocks = ops::contiguous(ops::permute(ops::reshape(seq, {B, u, Sl, Xl, W}), {1, 0, 2, 3, 4}));
+  const std::vector<int64_t> ones(static_cast<size_t>(u), 1);
+  Tensor got = all_to_all_v(blocks, group, ones, ones);  // [u (head chunk), B, Sl, X/u, W]
+  return ops::reshape(ops::permute(got, {1, 2, 0, 3, 4}), {B, Sl, u * Xl, W});
+}
+
+}  // namespace
+
+Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_ends, double scale,
+                         const SequenceSplit& split, const Group& cp, Tensor* max_logits) {
+  LOOM_TRACE("op", "ulysses_attention");
+  const int u = cp->size();
+  const int64_t H = q.size(2), G = k.size(2);
+  LOOM_CHECK(H % u == 0, ShapeError, "ulysses: the attention heads of this rank (", H,
+             ") must be divisible by the ulysses degree (", u, "): the all-to-all splits them");
+  LOOM_CHECK(G % u == 0 || u % G == 0, ShapeError, "ulysses: the KV heads of this rank (", G,
+             ") and the ulysses degree (", u, ") must divide one another");
+  Tensor kk = k, vv = v;
+  if (G < u) {
+    // Each KV head repeated u/G times, so rank i's KV head, ⌊i·G/u⌋, is the one its query heads
+    // use; the expand's backward sums the copies' grads.
+    auto repeat = [&](const Tensor& t) {
+      const int64_t B = t.size(0), Sl = t.size(1), W = t.size(3);
+      return ops::reshape(ops::expand(ops::unsqueeze(t, 3), {B, Sl, G, u / G, W}), {B, Sl, static_cast<int64_t>(u), W});
+    };
+    kk = repeat(k);
+    vv = repeat(v);
+  }
+  const GatherOrder order = gather_order(split, q.size(1) * u);
+  ops::AttentionOptions opt;
+  opt.softmax_scale = scale;
+  opt.causal = true;
+  opt.doc_ends = doc_ends;
+  opt.track_max_logits = max_logits != nullptr;
+  Tensor local_max;
+  Tensor o = ops::attention(seq_to_heads(q, cp, order), seq_to_heads(kk, cp, order), seq_to_heads(vv, cp, order), opt,
+                            max_logits ? &local_max : nullptr);
+  if (max_logits) {
+    // This rank's H/u heads; the others' maxima are -inf here (the step's max over ranks fills them).
+    std::vector<float> all(static_cast<size_t>(H), -INFINITY);
+    const std::vector<double> mine = local_max.to_double_vector();
+    for (size_t h = 0; h < mine.size(); ++h) all[static_cast<size_t>(cp->rank()) * mine.size() + h] = static_cast<float>(mine[h]);
+    *max_logits = Tensor::from_vector(all, {H}, DType::f32);
+  }
+  return heads_to_seq(o, cp, order);
 }
 
 // ---- Attaching to a model ----------------------------------------------------------------------
@@ -316,16 +411,18 @@ void apply_context_parallel(nn::Module& model, DeviceMesh& mesh, const ContextPa
     return inner({in[0], positions, in[2]});
   });
 
-  // Core attention: the ring, with the module's scale; its QK-clip maxima are this rank's.
+  // Core attention: the ring or Ulysses, with the module's scale; its QK-clip maxima are this rank's.
   for (nn::AttentionLayer* layer : lm->attention_layers()) {
     nn::CoreAttention* core = &layer->core_attention();
     LOOM_CHECK(core->options().causal, ConfigError, "context parallelism needs causal attention");
-    core->add_forward_wrapper([core, split, cp](const nn::TensorFn&, const std::vector<Tensor>& in) {
+    const bool ulysses = options.method == ContextParallelMethod::ulysses;
+    core->add_forward_wrapper([core, split, cp, ulysses](const nn::TensorFn&, const std::vector<Tensor>& in) {
       const double set = core->options().softmax_scale;
       const double scale = set != 0 ? set : 1.0 / std::sqrt(static_cast<double>(in[0].size(3)));
       Tensor step_max;
-      Tensor o = ring_attention(in[0], in[1], in[2], in[3], scale, split, cp,
-                                core->tracking_max_logits() ? &step_max : nullptr);
+      Tensor* track = core->tracking_max_logits() ? &step_max : nullptr;
+      Tensor o = ulysses ? ulysses_attention(in[0], in[1], in[2], in[3], scale, split, cp, track)
+                         : ring_attention(in[0], in[1], in[2], in[3], scale, split, cp, track);
       core->fold_max_logits(step_max);
       return std::vector<Tensor>{o};
     });

@@ -48,8 +48,18 @@
 // MoE balance statistics are summed over cp (as over tp) so the balance loss is the whole
 // sequence's on every rank.
 //
-// Not here yet: Ulysses and hybrid (rejected when the configuration is resolved), and MTP (its
-// shifted inputs cross the rank boundaries; rejected likewise).
+// Core attention ("ulysses"). Four all-to-alls over the cp group turn the sequence-sharded q, k,
+// v [B, S/c, H, d] into head-sharded [B, S, H/c, d] (rank i gets heads [i·H/c, (i+1)·H/c) of
+// every token), one attention call runs on the whole sequence in global order (the gathered
+// load-balanced chunks are put back in order by an index_select), and the reverse all-to-all
+// brings the output back to [B, S/c, H, dv]. KV heads fewer than c are repeated first (c/G copies,
+// rank i gets KV head ⌊i·G/c⌋, the one its query heads use; the copies' grads are summed). The
+// all-to-alls are differentiable (dist::all_to_all_v), so backward is their duals around the
+// attention's own backward. Per layer and rank each all-to-all sends (c-1)/c of its input.
+//
+// Not here yet: hybrid (rejected when the configuration is resolved), context_parallel_async for
+// Ulysses (its all-to-alls are blocking), and MTP (its shifted inputs cross the rank
+// boundaries; rejected likewise).
 #pragma once
 
 #include <cstdint>
@@ -75,16 +85,22 @@ struct SequenceSplit {
   Tensor local(const Tensor& x, int rank) const;
 };
 
+// parallelism.context_parallel_method: colossal (the ring) or ulysses.
+enum class ContextParallelMethod { ring, ulysses };
+
 struct ContextParallelOptions {
   bool load_balanced = true;  // parallelism.context_parallel_load_balance
+  ContextParallelMethod method = ContextParallelMethod::ring;
 };
 
 // Attention work of this process's ring steps since reset: blocks computed and skipped (every row
-// masked), and the (query, key) pairs the mask leaves visible in the computed blocks (forward).
+// masked), the (query, key) pairs the mask leaves visible in the computed blocks (forward), and
+// the bytes the cp group handed to the transport while the rings ran (forward and backward).
 struct RingWork {
   int64_t blocks_computed = 0;
   int64_t blocks_skipped = 0;
   int64_t visible_pairs = 0;
+  int64_t bytes_sent = 0;
 };
 RingWork ring_work();
 void reset_ring_work();
@@ -97,6 +113,12 @@ void reset_ring_work();
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_ends, double scale,
                       const SequenceSplit& split, const std::shared_ptr<ProcessGroup>& cp,
                       Tensor* max_logits = nullptr);
+
+// Ulysses over `cp` (see above): the same contract as ring_attention. The local query heads must
+// divide by the group size, and the KV heads and the group size must divide one another.
+Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_ends, double scale,
+                         const SequenceSplit& split, const std::shared_ptr<ProcessGroup>& cp,
+                         Tensor* max_logits = nullptr);
 
 // Splits `model` (an nn::CausalLM) over the mesh's "cp" group: wraps its inputs, every core
 // attention and the head loss as described above. Apply after tensor parallelism and before the

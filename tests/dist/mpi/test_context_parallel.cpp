@@ -51,7 +51,7 @@ Tensor doc_ends_for(int64_t S) {
   return Tensor::from_vector(std::vector<int32_t>{5, 13, static_cast<int32_t>(S), 9, 10, 30}, {2, 3});
 }
 
-void check_ring(DType dtype, bool load_balanced, bool packed, double tol) {
+void check_ring(DType dtype, bool load_balanced, bool packed, double tol, bool ulysses = false) {
   auto world = Runtime::get()->world();
   const int c = world->size();
   const int64_t B = 2, S = 32, H = 4, G = 2, D = 8, Dv = 6;
@@ -75,7 +75,8 @@ void check_ring(DType dtype, bool load_balanced, bool packed, double tol) {
   auto cp = mesh_for(c)->group_ptr("cp");
   Tensor qc = split.local(q, r), kc = split.local(k, r), vc = split.local(v, r);
   for (Tensor* t : {&qc, &kc, &vc}) t->set_requires_grad(true);
-  Tensor oc = ring_attention(qc, kc, vc, docs, scale, split, cp);
+  Tensor oc = ulysses ? ulysses_attention(qc, kc, vc, docs, scale, split, cp)
+                      : ring_attention(qc, kc, vc, docs, scale, split, cp);
   autograd::backward(ops::sum(ops::mul(oc, split.local(w, r))));
 
   expect_close(oc, split.local(o1.detach(), r), tol, "output");
@@ -91,6 +92,17 @@ TEST(ContextParallelMpi, RingAttentionMatchesOneAttentionCall) {
       SCOPED_TRACE(std::string(balanced ? "load-balanced" : "contiguous") + (packed ? ", packed" : ""));
       check_ring(DType::f64, balanced, packed, 1e-12);
       check_ring(DType::f32, balanced, packed, 2e-6);
+    }
+}
+
+TEST(ContextParallelMpi, UlyssesMatchesOneAttentionCall) {
+  // 4 query heads, 2 KV heads: at 4 ranks each KV head is repeated for 2 ranks.
+  if (Runtime::get()->world_size() < 2) GTEST_SKIP() << "needs 2 or more ranks";
+  for (bool balanced : {true, false})
+    for (bool packed : {false, true}) {
+      SCOPED_TRACE(std::string(balanced ? "load-balanced" : "contiguous") + (packed ? ", packed" : ""));
+      check_ring(DType::f64, balanced, packed, 1e-12, true);
+      check_ring(DType::f32, balanced, packed, 2e-6, true);
     }
 }
 
@@ -175,7 +187,8 @@ nn::LMBatch batch_for(int64_t vocab, int64_t S, int64_t index, bool packed) {
   return b;
 }
 
-void check_step(const Json& section, int cp, int tp, bool load_balanced, bool packed) {
+void check_step(const Json& section, int cp, int tp, bool load_balanced, bool packed,
+                ContextParallelMethod method = ContextParallelMethod::ring) {
   const int64_t vocab = section.at("vocab_size").get<int64_t>(), S = 32;
   auto mesh = mesh_for(cp, tp);
   const int d = mesh->dims().dataset_shard_id(mesh->rank()), dp = mesh->dims().data_parallel();
@@ -183,6 +196,7 @@ void check_step(const Json& section, int cp, int tp, bool load_balanced, bool pa
   plain.model->materialize(17);
   ParallelizeOptions o;
   o.context.load_balanced = load_balanced;
+  o.context.method = method;
   auto parallel = parallelize(*split.model, mesh, o);
   parallel->materialize(17);
 
@@ -258,6 +272,27 @@ TEST(ContextParallelMpi, InsideFsdpAndWithTensorParallelism) {
       SCOPED_TRACE(std::string(a.name) + (packed ? " packed" : ""));
       check_step(a.section(), 2, 1, true, packed);  // cp 2 × fsdp 2 (dp_shard 2)
       check_step(a.section(), 2, 2, true, packed);  // cp 2 × tp 2
+    }
+}
+
+}  // namespace
+}  // namespace loom::dist
+
+namespace loom::dist {
+namespace {
+
+TEST(ContextParallelMpi, UlyssesStepMatchesOneProcess) {
+  const int n = Runtime::get()->world_size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
+  for (const Arch& a : kArchitectures)
+    for (bool packed : {false, true}) {
+      SCOPED_TRACE(std::string(a.name) + (packed ? " packed" : ""));
+      check_step(a.section(), n, 1, true, packed, ContextParallelMethod::ulysses);
+      check_step(a.section(), n, 1, false, packed, ContextParallelMethod::ulysses);
+      if (n == 4) {
+        check_step(a.section(), 2, 1, true, packed, ContextParallelMethod::ulysses);  // × fsdp 2
+        check_step(a.section(), 2, 2, true, packed, ContextParallelMethod::ulysses);  // × tp 2
+      }
     }
 }
 
