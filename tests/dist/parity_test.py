@@ -13,7 +13,7 @@ layout; runs go through mpirun exactly as users start them.
            FSDP 4 with QK-clip firing every step reproduces the one-process curve bit for bit; FSDP 2,
            HSDP 2x2, TP 2 and TP 2 x FSDP 2 follow it within 1e-4.
   context  context parallelism: the ring (colossal) at cp 2 and 4, cp x fsdp, cp x tp, load-balanced
-           and contiguous splits, Ulysses at 2 and 4 (4 > the 2 KV heads: repeated), plain and
+           and contiguous splits, Ulysses at 2 and 4 (4 > the 2 KV heads: repeated), hybrid 4 (u = 2), plain and
            EOD-packed data (reset_position_ids/reset_attention_mask,
            compressed EOD mask): step 1 within 1e-6 relative, 20-step curves within 1e-5; a cp 2
            checkpoint resumed at cp 1 and cp 4.
@@ -399,7 +399,7 @@ PACKED_DATASET = """      create_attention_mask: False
 
 def context(args, work):
     """Context parallelism (dist/context_parallel.h): the ring at cp 2 and 4, inside FSDP and with
-    TP, both splits, Ulysses at 2 and 4, plain data (use_attn_mask_compression) and EOD-packed data. The loss is a token
+    TP, both splits, Ulysses at 2 and 4, hybrid at 4 (u = 2), plain data (use_attn_mask_compression) and EOD-packed data. The loss is a token
     sum over the cp ranks, so step 1 matches one process within 1e-6 relative (the block merge and
     the split sums round differently: not bitwise) and the curves within 1e-5."""
     write_packed_data(os.path.join(work, "packed"))
@@ -439,7 +439,8 @@ def context(args, work):
                ("cp2_fsdp2", 4, "\n  context_parallel: 2"),
                ("cp2_tp2", 4, "\n  context_parallel: 2\n  tensor_parallel: 2"),
                ("ulysses2", 2, "\n  context_parallel: 2\n  context_parallel_method: ulysses"),
-               ("ulysses4", 4, "\n  context_parallel: 4\n  context_parallel_method: ulysses")]
+               ("ulysses4", 4, "\n  context_parallel: 4\n  context_parallel_method: ulysses"),
+               ("hybrid4", 4, "\n  context_parallel: 4\n  context_parallel_method: hybrid\n  ulysses_degree_in_cp: 2")]
     for packed in (False, True):
         data = "packed" if packed else "plain"
         ref, _ = run_cp("context_%s_one_process" % data, 1, "", packed)

@@ -38,13 +38,13 @@ std::atomic<int64_t> g_blocks_computed{0}, g_blocks_skipped{0}, g_visible_pairs{
 struct RingGeometry {
   int c = 1, r = 0;
   int64_t B = 0, S = 0;
-  std::vector<std::vector<int64_t>> indices;  // per cp rank, ascending global sequence indices
+  std::vector<std::vector<int64_t>> indices;  // per ring rank, ascending global sequence indices
   std::vector<int64_t> ends;                  // doc_ends, [B, K] row-major; empty: one document
   int64_t K = 0;
 
-  RingGeometry(const SequenceSplit& split, int rank, int64_t batch, int64_t local_len, const Tensor& doc_ends)
-      : c(split.cp), r(rank), B(batch), S(local_len * split.cp) {
-    for (int j = 0; j < c; ++j) indices.push_back(split.indices(j, S));
+  RingGeometry(std::vector<std::vector<int64_t>> ring_indices, int rank, int64_t batch, const Tensor& doc_ends)
+      : c(static_cast<int>(ring_indices.size())), r(rank), B(batch), indices(std::move(ring_indices)) {
+    for (const auto& idx : indices) S += static_cast<int64_t>(idx.size());
     if (doc_ends.defined()) {
       LOOM_CHECK(doc_ends.dim() == 2 && doc_ends.size(0) == B && doc_ends.size(1) >= 1, ShapeError,
                  "context parallel attention: doc_ends ", doc_ends.shape().str(), " must be [batch, K] = [", B,
@@ -181,16 +181,16 @@ void reset_ring_work() {
 
 // ---- Ring attention ----------------------------------------------------------------------------
 
-Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_ends, double scale,
-                      const SequenceSplit& split, const Group& cp, Tensor* max_logits) {
-  LOOM_TRACE("op", "ring_attention");
-  LOOM_CHECK(cp != nullptr && cp->size() == split.cp, ValueError, "ring attention: the cp group (",
-             cp ? cp->size() : 0, " ranks) does not match the split over ", split.cp);
+namespace {
+
+// The ring over `cp`, whose rank j holds the tokens ring_indices[j] (ascending global indices).
+Tensor ring_over(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_ends, double scale,
+                 const std::vector<std::vector<int64_t>>& ring_indices, const Group& cp, Tensor* max_logits) {
   LOOM_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && k.size(1) == q.size(1) && v.size(1) == q.size(1),
              ShapeError, "ring attention: q ", q.shape().str(), ", k ", k.shape().str(), ", v ", v.shape().str(),
              " must be [batch, local seq, heads, dim] with one local sequence length");
-  const RingGeometry geo(split, cp->rank(), q.size(0), q.size(1), doc_ends);
-  const int c = split.cp;
+  const RingGeometry geo(ring_indices, cp->rank(), q.size(0), doc_ends);
+  const int c = geo.c;
   const kernels::KernelTable& kt = kernels::for_tensor(q, "ring attention");
   const Tensor qc = compute_operand(q);
   const DType compute = qc.dtype();
@@ -227,11 +227,11 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
   Tensor result = out.dtype() == q.dtype() ? out : out.to(q.dtype());
   autograd::record(
       "ring_attention", {&q, &k, &v}, {&result}, {q, k, v, out, lse, doc_ends},
-      [scale, split, cp](const Grads& g, const autograd::BackwardContext& ctx) -> Grads {
+      [scale, ring_indices, cp](const Grads& g, const autograd::BackwardContext& ctx) -> Grads {
         const Tensor q0 = ctx.saved(0), k0 = ctx.saved(1), v0 = ctx.saved(2);
         const Tensor o = ctx.saved(3), l = ctx.saved(4);
-        const RingGeometry geo(split, cp->rank(), q0.size(0), q0.size(1), ctx.saved(5));
-        const int c = split.cp;
+        const RingGeometry geo(ring_indices, cp->rank(), q0.size(0), ctx.saved(5));
+        const int c = geo.c;
         const kernels::KernelTable& kt = kernels::for_tensor(g[0], "ring attention backward");
         const Tensor qc = compute_operand(q0);
         Tensor dq = Tensor::zeros(qc.shape(), qc.dtype());
@@ -291,6 +291,18 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
   return result;
 }
 
+}  // namespace
+
+Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_ends, double scale,
+                      const SequenceSplit& split, const Group& cp, Tensor* max_logits) {
+  LOOM_TRACE("op", "ring_attention");
+  LOOM_CHECK(cp != nullptr && cp->size() == split.cp, ValueError, "ring attention: the cp group (",
+             cp ? cp->size() : 0, " ranks) does not match the split over ", split.cp);
+  std::vector<std::vector<int64_t>> indices;
+  for (int j = 0; j < split.cp; ++j) indices.push_back(split.indices(j, q.size(1) * split.cp));
+  return ring_over(q, k, v, doc_ends, scale, indices, cp, max_logits);
+}
+
 // ---- Ulysses -----------------------------------------------------------------------------------
 
 namespace {
@@ -298,23 +310,34 @@ namespace {
 // The order of the gathered sequence (rank 0's tokens, then rank 1's, ...) and its inverse: the
 // gathered row of each global index. Null when the gathered order is the global one (contiguous).
 struct GatherOrder {
-  Tensor to_global;   // int64 [S]: gathered row holding global index g
-  Tensor to_gathered; // int64 [S]: global index of gathered row i
+  Tensor to_global;   // int64 [n]: the gathered row that comes i-th in ascending global order
+  Tensor to_gathered; // int64 [n]: the ascending position of gathered row i
 };
 
-GatherOrder gather_order(const SequenceSplit& split, int64_t S) {
-  if (!split.load_balanced) return {};
-  std::vector<int64_t> concat;
-  for (int r = 0; r < split.cp; ++r) {
-    const std::vector<int64_t> idx = split.indices(r, S);
-    concat.insert(concat.end(), idx.begin(), idx.end());
-  }
-  std::vector<int64_t> inverse(concat.size());
-  for (size_t i = 0; i < concat.size(); ++i) inverse[static_cast<size_t>(concat[i])] = static_cast<int64_t>(i);
-  return {Tensor::from_vector(inverse, {S}), Tensor::from_vector(concat, {S})};
+// `concat`: the global index of each gathered row. Undefined tensors when it is ascending already.
+GatherOrder gather_order(const std::vector<int64_t>& concat) {
+  if (std::is_sorted(concat.begin(), concat.end())) return {};
+  std::vector<int64_t> by_index(concat.size());  // gathered rows sorted by their global index
+  for (size_t i = 0; i < by_index.size(); ++i) by_index[i] = static_cast<int64_t>(i);
+  std::sort(by_index.begin(), by_index.end(), [&](int64_t a, int64_t b) { return concat[a] < concat[b]; });
+  std::vector<int64_t> rank_of(concat.size());  // sorted position of each gathered row
+  for (size_t i = 0; i < by_index.size(); ++i) rank_of[static_cast<size_t>(by_index[i])] = static_cast<int64_t>(i);
+  const int64_t n = static_cast<int64_t>(concat.size());
+  return {Tensor::from_vector(by_index, {n}), Tensor::from_vector(rank_of, {n})};
 }
 
-// [B, Sl, X, W] sequence-sharded → [B, S, X/u, W] head-sharded, the sequence in global order.
+// The tokens a group of cp ranks holds together, as it gathers them (member order).
+std::vector<int64_t> gathered_indices(const SequenceSplit& split, const std::vector<int>& cp_ranks, int64_t S) {
+  std::vector<int64_t> out;
+  for (int r : cp_ranks) {
+    const std::vector<int64_t> idx = split.indices(r, S);
+    out.insert(out.end(), idx.begin(), idx.end());
+  }
+  return out;
+}
+
+// [B, Sl, X, W] sequence-sharded → [B, u·Sl, X/u, W] head-sharded, the group's tokens in
+// ascending global order.
 Tensor seq_to_heads(const Tensor& x, const Group& group, const GatherOrder& order) {
   const int u = group->size();
   const int64_t B = x.size(0), Sl = x.size(1), X = x.size(2), W = x.size(3);
@@ -325,7 +348,7 @@ Tensor seq_to_heads(const Tensor& x, const Group& group, const GatherOrder& orde
   return order.to_global.defined() ? ops::index_select(seq, kSeqDim, order.to_global) : seq;
 }
 
-// The inverse: [B, S, X/u, W] in global order → [B, Sl, X, W] of this rank's tokens.
+// The inverse: [B, u·Sl, X/u, W] in ascending order → [B, Sl, X, W] of this rank's tokens.
 Tensor heads_to_seq(const Tensor& y, const Group& group, const GatherOrder& order) {
   const int u = group->size();
   const int64_t B = y.size(0), S = y.size(1), Xl = y.size(2), W = y.size(3), Sl = S / u;
@@ -338,10 +361,16 @@ Tensor heads_to_seq(const Tensor& y, const Group& group, const GatherOrder& orde
 
 }  // namespace
 
-Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_ends, double scale,
-                         const SequenceSplit& split, const Group& cp, Tensor* max_logits) {
-  LOOM_TRACE("op", "ulysses_attention");
-  const int u = cp->size();
+namespace {
+
+// Ulysses inside `row` (the cp ranks row_ranks, in the row's rank order); then, with `column`, the
+// ring across the rows (ring rank b holds the tokens of row b, column_indices[b]), else one
+// attention call over the whole sequence.
+Tensor ulysses_over(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_ends, double scale,
+                    const SequenceSplit& split, const Group& row, const std::vector<int>& row_ranks,
+                    const Group& column, const std::vector<std::vector<int64_t>>& column_indices,
+                    Tensor* max_logits) {
+  const int u = row->size();
   const int64_t H = q.size(2), G = k.size(2);
   LOOM_CHECK(H % u == 0, ShapeError, "ulysses: the attention heads of this rank (", H,
              ") must be divisible by the ulysses degree (", u, "): the all-to-all splits them");
@@ -358,23 +387,59 @@ Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
     kk = repeat(k);
     vv = repeat(v);
   }
-  const GatherOrder order = gather_order(split, q.size(1) * u);
-  ops::AttentionOptions opt;
-  opt.softmax_scale = scale;
-  opt.causal = true;
-  opt.doc_ends = doc_ends;
-  opt.track_max_logits = max_logits != nullptr;
-  Tensor local_max;
-  Tensor o = ops::attention(seq_to_heads(q, cp, order), seq_to_heads(kk, cp, order), seq_to_heads(vv, cp, order), opt,
-                            max_logits ? &local_max : nullptr);
+  const GatherOrder order = gather_order(gathered_indices(split, row_ranks, q.size(1) * split.cp));
+  const Tensor qh = seq_to_heads(q, row, order), kh = seq_to_heads(kk, row, order), vh = seq_to_heads(vv, row, order);
+  Tensor local_max, o;
+  if (column) {
+    o = ring_over(qh, kh, vh, doc_ends, scale, column_indices, column, max_logits ? &local_max : nullptr);
+  } else {
+    ops::AttentionOptions opt;
+    opt.softmax_scale = scale;
+    opt.causal = true;
+    opt.doc_ends = doc_ends;
+    opt.track_max_logits = max_logits != nullptr;
+    o = ops::attention(qh, kh, vh, opt, max_logits ? &local_max : nullptr);
+  }
   if (max_logits) {
     // This rank's H/u heads; the others' maxima are -inf here (the step's max over ranks fills them).
     std::vector<float> all(static_cast<size_t>(H), -INFINITY);
     const std::vector<double> mine = local_max.to_double_vector();
-    for (size_t h = 0; h < mine.size(); ++h) all[static_cast<size_t>(cp->rank()) * mine.size() + h] = static_cast<float>(mine[h]);
+    for (size_t h = 0; h < mine.size(); ++h)
+      all[static_cast<size_t>(row->rank()) * mine.size() + h] = static_cast<float>(mine[h]);
     *max_logits = Tensor::from_vector(all, {H}, DType::f32);
   }
-  return heads_to_seq(o, cp, order);
+  return heads_to_seq(o, row, order);
+}
+
+}  // namespace
+
+Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_ends, double scale,
+                         const SequenceSplit& split, const Group& cp, Tensor* max_logits) {
+  LOOM_TRACE("op", "ulysses_attention");
+  std::vector<int> all(static_cast<size_t>(cp->size()));
+  for (int r = 0; r < cp->size(); ++r) all[static_cast<size_t>(r)] = r;
+  return ulysses_over(q, k, v, doc_ends, scale, split, cp, all, nullptr, {}, max_logits);
+}
+
+Tensor hybrid_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_ends, double scale,
+                        const SequenceSplit& split, const Group& ulysses, const Group& ring, Tensor* max_logits) {
+  LOOM_TRACE("op", "hybrid_attention");
+  const int u = ulysses->size(), rows = ring->size();
+  LOOM_CHECK(u * rows == split.cp, ValueError, "hybrid attention: ulysses groups of ", u, " times ring groups of ",
+             rows, " must make the cp group of ", split.cp);
+  const int64_t S = q.size(1) * split.cp;
+  auto row_of = [u](int b) {
+    std::vector<int> members(static_cast<size_t>(u));
+    for (int a = 0; a < u; ++a) members[static_cast<size_t>(a)] = b * u + a;
+    return members;
+  };
+  std::vector<std::vector<int64_t>> column_indices;
+  for (int b = 0; b < rows; ++b) {
+    std::vector<int64_t> idx = gathered_indices(split, row_of(b), S);
+    std::sort(idx.begin(), idx.end());
+    column_indices.push_back(std::move(idx));
+  }
+  return ulysses_over(q, k, v, doc_ends, scale, split, ulysses, row_of(ring->rank()), ring, column_indices, max_logits);
 }
 
 // ---- Attaching to a model ----------------------------------------------------------------------
@@ -411,18 +476,35 @@ void apply_context_parallel(nn::Module& model, DeviceMesh& mesh, const ContextPa
     return inner({in[0], positions, in[2]});
   });
 
-  // Core attention: the ring or Ulysses, with the module's scale; its QK-clip maxima are this rank's.
+  // Hybrid: rows of u adjacent cp ranks run Ulysses, the columns (stride u) the ring.
+  Group row, column;
+  if (options.method == ContextParallelMethod::hybrid) {
+    const int u = options.ulysses_degree, c = cp->size();
+    LOOM_CHECK(u > 1 && u < c && c % u == 0, ConfigError, "hybrid context parallelism needs 1 < ulysses degree (", u,
+               ") < context_parallel (", c, ") dividing it");
+    std::vector<int> row_members, column_members;
+    for (int a = 0; a < u; ++a) row_members.push_back(rank / u * u + a);
+    for (int b = 0; b < c / u; ++b) column_members.push_back(b * u + rank % u);
+    row = Group(cp->split("cp_ulysses", row_members));
+    column = Group(cp->split("cp_ring", column_members));
+  }
+
+  // Core attention: the ring, Ulysses or both, with the module's scale; its QK-clip maxima are
+  // this rank's.
   for (nn::AttentionLayer* layer : lm->attention_layers()) {
     nn::CoreAttention* core = &layer->core_attention();
     LOOM_CHECK(core->options().causal, ConfigError, "context parallelism needs causal attention");
-    const bool ulysses = options.method == ContextParallelMethod::ulysses;
-    core->add_forward_wrapper([core, split, cp, ulysses](const nn::TensorFn&, const std::vector<Tensor>& in) {
+    core->add_forward_wrapper([core, split, cp, row, column, method = options.method](
+                                  const nn::TensorFn&, const std::vector<Tensor>& in) {
       const double set = core->options().softmax_scale;
       const double scale = set != 0 ? set : 1.0 / std::sqrt(static_cast<double>(in[0].size(3)));
       Tensor step_max;
       Tensor* track = core->tracking_max_logits() ? &step_max : nullptr;
-      Tensor o = ulysses ? ulysses_attention(in[0], in[1], in[2], in[3], scale, split, cp, track)
-                         : ring_attention(in[0], in[1], in[2], in[3], scale, split, cp, track);
+      Tensor o;
+      if (method == ContextParallelMethod::ulysses) o = ulysses_attention(in[0], in[1], in[2], in[3], scale, split, cp, track);
+      else if (method == ContextParallelMethod::hybrid)
+        o = hybrid_attention(in[0], in[1], in[2], in[3], scale, split, row, column, track);
+      else o = ring_attention(in[0], in[1], in[2], in[3], scale, split, cp, track);
       core->fold_max_logits(step_max);
       return std::vector<Tensor>{o};
     });

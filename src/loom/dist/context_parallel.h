@@ -57,9 +57,13 @@
 // all-to-alls are differentiable (dist::all_to_all_v), so backward is their duals around the
 // attention's own backward. Per layer and rank each all-to-all sends (c-1)/c of its input.
 //
-// Not here yet: hybrid (rejected when the configuration is resolved), context_parallel_async for
-// Ulysses (its all-to-alls are blocking), and MTP (its shifted inputs cross the rank
-// boundaries; rejected likewise).
+// Core attention ("hybrid", USP). The cp ranks are tiled into c/u rows of u adjacent ranks:
+// Ulysses inside each row gives every rank the row's tokens (u·S/c of them, in ascending global
+// order) with H/u heads, and the ring runs across the column of ranks with the same position in
+// their rows, each ring rank holding its row's tokens. (ulysses_degree_in_cp = u.)
+//
+// Not here yet: context_parallel_async for Ulysses (its all-to-alls are blocking), and MTP (its
+// shifted inputs cross the rank boundaries; rejected when the configuration is resolved).
 #pragma once
 
 #include <cstdint>
@@ -85,12 +89,13 @@ struct SequenceSplit {
   Tensor local(const Tensor& x, int rank) const;
 };
 
-// parallelism.context_parallel_method: colossal (the ring) or ulysses.
-enum class ContextParallelMethod { ring, ulysses };
+// parallelism.context_parallel_method: colossal (the ring), ulysses or hybrid.
+enum class ContextParallelMethod { ring, ulysses, hybrid };
 
 struct ContextParallelOptions {
   bool load_balanced = true;  // parallelism.context_parallel_load_balance
   ContextParallelMethod method = ContextParallelMethod::ring;
+  int ulysses_degree = 1;  // parallelism.ulysses_degree_in_cp, for hybrid
 };
 
 // Attention work of this process's ring steps since reset: blocks computed and skipped (every row
@@ -119,6 +124,12 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
 Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_ends, double scale,
                          const SequenceSplit& split, const std::shared_ptr<ProcessGroup>& cp,
                          Tensor* max_logits = nullptr);
+
+// Hybrid (see above): Ulysses over `ulysses` (u adjacent cp ranks), the ring over `ring` (the cp
+// ranks with this rank's position in their row, stride u). The same contract otherwise.
+Tensor hybrid_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_ends, double scale,
+                        const SequenceSplit& split, const std::shared_ptr<ProcessGroup>& ulysses,
+                        const std::shared_ptr<ProcessGroup>& ring, Tensor* max_logits = nullptr);
 
 // Splits `model` (an nn::CausalLM) over the mesh's "cp" group: wraps its inputs, every core
 // attention and the head loss as described above. Apply after tensor parallelism and before the

@@ -139,6 +139,10 @@ void Trainer::build_model() {
   po.fsdp = fsdp_options(config_.parallelism, mesh_->dims());
   po.context.load_balanced = config_.parallelism.context_parallel_load_balance;
   if (config_.parallelism.context_parallel_method == "ulysses") po.context.method = dist::ContextParallelMethod::ulysses;
+  if (config_.parallelism.context_parallel_method == "hybrid") {
+    po.context.method = dist::ContextParallelMethod::hybrid;
+    po.context.ulysses_degree = config_.parallelism.ulysses_degree_in_cp.value_or(1);
+  }
   po.memory_policy = [this, total_layers](nn::Module& module) {
     auto layers = model_->layers();
     memory::MemoryPlan plan = memory::plan_memory(layers, total_layers, resolved_.recompute, resolved_.swap);

@@ -51,7 +51,18 @@ Tensor doc_ends_for(int64_t S) {
   return Tensor::from_vector(std::vector<int32_t>{5, 13, static_cast<int32_t>(S), 9, 10, 30}, {2, 3});
 }
 
-void check_ring(DType dtype, bool load_balanced, bool packed, double tol, bool ulysses = false) {
+// Hybrid's groups as apply_context_parallel builds them: rows of 2 adjacent cp ranks, columns.
+std::pair<std::shared_ptr<ProcessGroup>, std::shared_ptr<ProcessGroup>> hybrid_groups(const std::shared_ptr<ProcessGroup>& cp) {
+  const int r = cp->rank(), c = cp->size(), u = 2;
+  std::vector<int> row, column;
+  for (int a = 0; a < u; ++a) row.push_back(r / u * u + a);
+  for (int b = 0; b < c / u; ++b) column.push_back(b * u + r % u);
+  auto row_group = std::shared_ptr<ProcessGroup>(cp->split("cp_ulysses", row));
+  return {row_group, std::shared_ptr<ProcessGroup>(cp->split("cp_ring", column))};
+}
+
+void check_ring(DType dtype, bool load_balanced, bool packed, double tol,
+                ContextParallelMethod method = ContextParallelMethod::ring) {
   auto world = Runtime::get()->world();
   const int c = world->size();
   const int64_t B = 2, S = 32, H = 4, G = 2, D = 8, Dv = 6;
@@ -75,8 +86,15 @@ void check_ring(DType dtype, bool load_balanced, bool packed, double tol, bool u
   auto cp = mesh_for(c)->group_ptr("cp");
   Tensor qc = split.local(q, r), kc = split.local(k, r), vc = split.local(v, r);
   for (Tensor* t : {&qc, &kc, &vc}) t->set_requires_grad(true);
-  Tensor oc = ulysses ? ulysses_attention(qc, kc, vc, docs, scale, split, cp)
-                      : ring_attention(qc, kc, vc, docs, scale, split, cp);
+  Tensor oc;
+  if (method == ContextParallelMethod::ulysses) {
+    oc = ulysses_attention(qc, kc, vc, docs, scale, split, cp);
+  } else if (method == ContextParallelMethod::hybrid) {
+    auto [row, column] = hybrid_groups(cp);
+    oc = hybrid_attention(qc, kc, vc, docs, scale, split, row, column);
+  } else {
+    oc = ring_attention(qc, kc, vc, docs, scale, split, cp);
+  }
   autograd::backward(ops::sum(ops::mul(oc, split.local(w, r))));
 
   expect_close(oc, split.local(o1.detach(), r), tol, "output");
@@ -101,8 +119,19 @@ TEST(ContextParallelMpi, UlyssesMatchesOneAttentionCall) {
   for (bool balanced : {true, false})
     for (bool packed : {false, true}) {
       SCOPED_TRACE(std::string(balanced ? "load-balanced" : "contiguous") + (packed ? ", packed" : ""));
-      check_ring(DType::f64, balanced, packed, 1e-12, true);
-      check_ring(DType::f32, balanced, packed, 2e-6, true);
+      check_ring(DType::f64, balanced, packed, 1e-12, ContextParallelMethod::ulysses);
+      check_ring(DType::f32, balanced, packed, 2e-6, ContextParallelMethod::ulysses);
+    }
+}
+
+TEST(ContextParallelMpi, HybridMatchesOneAttentionCall) {
+  // Ulysses inside pairs of ranks, the ring across the two pairs.
+  if (Runtime::get()->world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  for (bool balanced : {true, false})
+    for (bool packed : {false, true}) {
+      SCOPED_TRACE(std::string(balanced ? "load-balanced" : "contiguous") + (packed ? ", packed" : ""));
+      check_ring(DType::f64, balanced, packed, 1e-12, ContextParallelMethod::hybrid);
+      check_ring(DType::f32, balanced, packed, 2e-6, ContextParallelMethod::hybrid);
     }
 }
 
@@ -197,6 +226,7 @@ void check_step(const Json& section, int cp, int tp, bool load_balanced, bool pa
   ParallelizeOptions o;
   o.context.load_balanced = load_balanced;
   o.context.method = method;
+  o.context.ulysses_degree = 2;  // hybrid only
   auto parallel = parallelize(*split.model, mesh, o);
   parallel->materialize(17);
 
@@ -281,7 +311,7 @@ TEST(ContextParallelMpi, InsideFsdpAndWithTensorParallelism) {
 namespace loom::dist {
 namespace {
 
-TEST(ContextParallelMpi, UlyssesStepMatchesOneProcess) {
+TEST(ContextParallelMpi, UlyssesAndHybridStepMatchOneProcess) {
   const int n = Runtime::get()->world_size();
   if (n != 2 && n != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
   for (const Arch& a : kArchitectures)
@@ -292,6 +322,8 @@ TEST(ContextParallelMpi, UlyssesStepMatchesOneProcess) {
       if (n == 4) {
         check_step(a.section(), 2, 1, true, packed, ContextParallelMethod::ulysses);  // × fsdp 2
         check_step(a.section(), 2, 2, true, packed, ContextParallelMethod::ulysses);  // × tp 2
+        check_step(a.section(), 4, 1, true, packed, ContextParallelMethod::hybrid);   // u = 2, ring of 2
+        check_step(a.section(), 4, 1, false, packed, ContextParallelMethod::hybrid);
       }
     }
 }
