@@ -82,6 +82,7 @@ std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr
   layer_config.shard_axis = "fsdp";
   layer_config.reshard_after_forward = fsdp->reshard_after_forward_;
   layer_config.divide_gradients = !options.disable_gradient_division;
+  layer_config.shard_ranks_per_loss = mesh->size("cp");
   layer_config.cpu_offload = options.cpu_offload;
   FsdpUnitConfig root_config = layer_config;
   root_config.is_root = true;

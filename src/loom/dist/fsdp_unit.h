@@ -44,6 +44,9 @@ struct FsdpUnitConfig {
   bool is_root = false;
   bool reshard_after_forward = true;  // never for the root
   bool divide_gradients = false;      // mean instead of sum
+  // Ranks of the shard group that train on pieces of one sequence and hold one replicated loss
+  // (context parallelism): their grads add up to one sample's, so the mean divides by the rest.
+  int shard_ranks_per_loss = 1;
   bool cpu_offload = false;
   // The mesh axis the shard group spans, recorded in the parameters' placements (the group may
   // share the world's communicator and name when it spans every rank).

@@ -9,15 +9,16 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, std::shared_ptr<De
                                            const ParallelizeOptions& options) {
   LOOM_CHECK(mesh != nullptr, ValueError, "parallelize: the device mesh is null");
   const ParallelDims& dims = mesh->dims();
-  LOOM_ASSERT(dims.cp() == 1 && dims.ep() == 1 && dims.pp() == 1,
-              "context, expert and pipeline parallelism are rejected when the configuration is resolved");
+  LOOM_ASSERT(dims.ep() == 1 && dims.pp() == 1,
+              "expert and pipeline parallelism are rejected when the configuration is resolved");
   auto parallel = std::unique_ptr<ParallelModel>(new ParallelModel());
   parallel->module_ = &model;
   parallel->mesh_ = mesh;
   parallel->built_on_meta_ = !model.is_materialized();
 
   if (dims.tp() > 1) apply_tensor_parallel(model, *mesh);
-  // CP, EP and the PP stage split attach here, in that order, as their strategies land.
+  if (dims.cp() > 1) apply_context_parallel(model, *mesh, options.context);
+  // EP and the PP stage split attach here, in that order, as their strategies land.
 
   if (options.memory_policy) options.memory_policy(model);
 
@@ -26,10 +27,11 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, std::shared_ptr<De
   const bool data_parallel = mesh->size("dp_replicate") * mesh->size("fsdp") > 1;
   if (data_parallel) parallel->fsdp_ = apply_fsdp(model, mesh, options.fsdp);
   // Summed grads (disable_gradient_division) need the loss pre-scaled by one over the ranks that
-  // train on other data, world/(pp·tp): the tp ranks of a data shard hold one replicated loss,
-  // counted once (tensor_parallel.h). FSDP divides otherwise. One process: 1.
+  // train on other data, world/(pp·tp·cp): the tp and cp ranks of a data shard hold one
+  // replicated loss, counted once (tensor_parallel.h, context_parallel.h). One process: 1.
   if (options.fsdp.disable_gradient_division)
-    parallel->backward_scale_ = 1.0 / static_cast<double>(mesh->world_size() / (dims.pp() * dims.tp()));
+    parallel->backward_scale_ =
+        1.0 / static_cast<double>(mesh->world_size() / (dims.pp() * dims.tp() * dims.cp()));
 
   for (auto& [name, p] : model.named_parameters()) parallel->params_[name] = p;
   return parallel;
