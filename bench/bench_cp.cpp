@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <span>
 #include <string>
 #include <vector>
@@ -34,18 +33,12 @@
 #include "loom/dist/parallelize.h"
 #include "loom/dist/runtime.h"
 #include "loom/models/registry.h"
+#include "loom/train/hardware.h"
 
 using namespace loom;
 using Json = nlohmann::ordered_json;
 
 namespace {
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
 
 nn::LMBatch random_batch(int64_t vocab, int64_t S, uint64_t index) {
   std::vector<int32_t> ids(static_cast<size_t>(S)), labels(ids.size());
@@ -134,7 +127,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
       ranks.push_back({{"held_activation_bytes", f[0]}, {"ring_bytes_sent", f[1]}, {"visible_pairs", f[2]},
                        {"blocks_computed", f[3]}, {"blocks_skipped", f[4]}});
     }
-    Json result{{"cpu", cpu_model()}, {"threads", num_threads()}, {"cp", c}, {"seq", S},
+    Json result{{"cpu", train::cpu_model_name()}, {"threads", num_threads()}, {"cp", c}, {"seq", S},
                 {"split", balanced ? "load-balanced" : "contiguous"}, {"layers", layers}, {"hidden", hidden},
                 {"heads", heads}, {"kv_heads", kv_heads}, {"held_activation_bytes", max_held}, {"step_s", slowest},
                 {"ring_bytes_analytic", analytic}, {"ranks", ranks}};
