@@ -8,6 +8,7 @@
 #include <set>
 
 #include "loom/core/error.h"
+#include "loom/core/regular_file.h"
 #include "loom/core/trace.h"
 #include "loom/models/safetensors.h"
 
@@ -64,6 +65,7 @@ struct Described {
 };
 
 Json read_json_file(const fs::path& path) {
+  require_regular_file(path.string(), "checkpoint file", "a checkpoint's metadata must be a regular file");
   std::ifstream in(path);
   LOOM_CHECK(in.good(), CheckpointError, "cannot read '", path.string(), "'");
   try {

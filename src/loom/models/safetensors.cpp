@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/core/regular_file.h"
+
 namespace loom::models {
 
 namespace {
@@ -57,6 +59,8 @@ struct SafetensorsFile::Mapping {
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile file;
   file.path_ = path;
+  // Before open: opening a FIFO for reading blocks until a writer comes.
+  require_regular_file(path, "safetensors file", "checkpoint and Hugging Face weight files must be regular files");
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   LOOM_CHECK(fd >= 0, IOError, "cannot open safetensors file ", path, ": ", errno_text());
   struct stat st {};

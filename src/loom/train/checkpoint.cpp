@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "loom/core/log.h"
+#include "loom/core/regular_file.h"
 #include "loom/core/parallel.h"
 #include "loom/core/trace.h"
 #include "loom/models/safetensors.h"
@@ -55,6 +56,7 @@ void write_text_atomic(const fs::path& path, const std::string& text) {
 }
 
 nlohmann::ordered_json read_json(const fs::path& path) {
+  require_regular_file(path.string(), "checkpoint file", "a checkpoint's metadata must be a regular file");
   std::ifstream in(path);
   LOOM_CHECK(in.good(), CheckpointError, "cannot read '", path.string(), "'");
   try {
@@ -121,6 +123,7 @@ ResolvedLoadPath resolve_load_path(const std::string& load_path) {
              "' is a file; point it at the folder that contains it");
   if (is_hf_dir(p)) return {p.string(), true};
   if (fs::exists(p / kLatestFile)) {
+    require_regular_file((p / kLatestFile).string(), "checkpoint file", "it must be the text file a save wrote");
     std::ifstream in(p / kLatestFile);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     char* end = nullptr;
