@@ -22,6 +22,7 @@
 #include "loom/train/builtin_callbacks.h"
 #include "loom/train/config_json.h"
 #include "loom/train/distributed.h"
+#include "loom/train/finite_state.h"
 #include "loom/train/hardware.h"
 #include "loom/train/muon_sharding.h"
 
@@ -76,9 +77,6 @@ Trainer::~Trainer() {
 
 void Trainer::build() {
   prepare_run_directory();
-  LOOM_CHECK(!config_.lora_config, ConfigError,
-             "lora_config: LoRA fine-tuning is not supported by Loom yet; remove the section to train all "
-             "parameters");
   apply_thread_env();
   peak_gflops_ = peak_flops(num_threads()).gflops * options_.world_size;
   manual_seed(static_cast<uint64_t>(config_.training.seed));
@@ -94,6 +92,11 @@ void Trainer::build() {
   build_checkpointing();
   build_monitoring();
   if (!config_.checkpoint.load_path.empty()) resume(config_.checkpoint.load_path);
+  // Nothing to train would still save (and so rewrite) the checkpoint at the end: refuse instead.
+  LOOM_CHECK(state_.global_step < config_.training.steps || config_.checkpoint.load_path.empty(), ConfigError,
+             "checkpoint.load_path '", config_.checkpoint.load_path, "' resumes at step ", state_.global_step,
+             ", at or beyond training.steps = ", config_.training.steps, ": there is nothing left to train and "
+             "nothing was written; raise training.steps to train further");
   checkpoints_->prepare_async(checkpoint_contents());
   log::info("model: ", model_->module().num_parameters(), " parameters, ", model_->num_layers(), " layers; ",
             state_.num_accumulation_steps, " micro-batch", state_.num_accumulation_steps > 1 ? "es" : "",
@@ -236,6 +239,8 @@ void Trainer::resume(const std::string& load_path) {
   // Whatever layout saved it (one process included): each rank reads the pieces it holds now.
   const LoadedCheckpoint ck = checkpoints_->load_state(load_path, load_optim);
   load_sharded(ck.dir, load_optim);
+  require_finite_state("checkpoint " + ck.dir + " cannot be resumed:", "it holds a diverged state; resume from an "
+                       "earlier iteration_* folder (set checkpoint.load_path to it)");
 
   // The reference: a changed global batch size rescales the step so the schedule position
   // follows the samples seen.
@@ -274,6 +279,16 @@ void Trainer::load_sharded(const std::string& dir, bool load_optim) {
   optimizer_->load_state_dict(opt);
 }
 
+void Trainer::require_finite_state(const std::string& what, const std::string& fix, bool with_optimizer_state) {
+  std::string local = first_non_finite(model_->module().local_parameters());
+  if (local.empty() && with_optimizer_state) {
+    local = first_non_finite(optimizer_->state_dict());
+    if (!local.empty()) local = "optimizer state " + local;
+  }
+  const std::string where = agreed_non_finite(local, mesh_->world());
+  LOOM_CHECK(where.empty(), Error, what, " ", where, " holds inf or nan; ", fix);
+}
+
 CheckpointContents Trainer::checkpoint_contents() {
   CheckpointContents c;
   c.iteration = state_.global_step;
@@ -296,6 +311,9 @@ CheckpointContents Trainer::checkpoint_contents() {
 
 void Trainer::save_checkpoint() {
   if (!config_.checkpoint.enable_save) return;
+  // Never saved, so never `latest`: a resume from it would train on nan.
+  require_finite_state("the checkpoint of step " + std::to_string(state_.global_step) + " was not saved:",
+                       "the previous checkpoint stays latest");
   checkpoints_->save(checkpoint_contents());
 }
 
@@ -324,6 +342,9 @@ int64_t Trainer::train_step(StepMetrics& m) {
     }
     LOOM_TRACE("step", "optimizer");
     m.lr = optimizer_->step();
+    require_finite_state("the update of step " + std::to_string(state_.global_step + 1) + " made", "stopped before "
+                         "anything was saved; lower lr_scheduler.learning_rate, raise optimizer.eps, or resume from "
+                         "an earlier checkpoint", /*with_optimizer_state=*/false);
   } else {
     optimizer_->set_global_step(optimizer_->global_step() + 1);  // the schedule still advances
   }
@@ -335,6 +356,7 @@ int64_t Trainer::train_step(StepMetrics& m) {
   }
   model_->after_optimizer_step();
   m.skipped = state_.consecutive_skips > 0;
+  if (m.skipped) ++skipped_updates_;
   m.loss = r.loss;
   m.grad_norm = grad_norm;
   m.extra = r.extras;
@@ -437,6 +459,8 @@ TrainSummary Trainer::train() {
   checkpoints_->wait();
   metrics_->flush();
   summary.last_step = state_.global_step;
+  summary.steps_run = steps_this_run;
+  summary.skipped_updates = skipped_updates_;
   summary.mean_tokens_per_s = timed_steps ? tokens_per_s_sum / timed_steps : 0;
   summary.mean_mfu = timed_steps ? mfu_sum / timed_steps : 0;
   return summary;
