@@ -166,6 +166,15 @@ void screen_config_text(const std::string& text, const std::string& source, cons
         while (p < rest.size() && rest[p] == ' ') ++p;
         indents.push_back(ws + p);
       }
+      // ',' cannot start a value outside [ ] or { } (it is a YAML indicator); yaml-cpp loops
+      // allocating on a document that starts with one, so it is refused here.
+      std::string_view value = rest.substr(p);
+      if (value.rfind("---", 0) == 0) value = value.substr(value.find_first_not_of(" -") == std::string_view::npos
+                                                                ? value.size()
+                                                                : value.find_first_not_of(" -"));
+      if (!value.empty() && value[0] == ',')
+        LOOM_THROW(ConfigReadError, source, ":", line_no, ":", ws + 1 + (rest.size() - value.size()),
+                   ": not valid YAML: ',' cannot start a value outside [ ] or { } (quote it: \",...\")");
     }
     int line_max_flow = flow;
     char quote = 0;

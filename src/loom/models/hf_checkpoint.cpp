@@ -29,6 +29,8 @@ Json read_json_file(const std::string& path) {
     return Json::parse(ss.str());
   } catch (const nlohmann::json::parse_error& e) {
     LOOM_THROW(CheckpointError, path, ": invalid JSON near byte ", e.byte, ": ", e.what());
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double
+    LOOM_THROW(CheckpointError, path, ": invalid JSON: ", e.what());
   }
 }
 

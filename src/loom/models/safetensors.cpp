@@ -99,6 +99,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     LOOM_THROW(CheckpointError, path, ": header JSON is invalid near offset ", 8 + e.byte, ": ",
                e.what());
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double
+    LOOM_THROW(CheckpointError, path, ": header JSON at offset 8 is invalid: ", e.what());
   }
   LOOM_CHECK(header.is_object(), CheckpointError, path,
              ": header at offset 8 must be a JSON object of tensors");
