@@ -162,7 +162,7 @@ TEST(TrainCli, EveryStartUpErrorOfTrainIsReportedByCheckConfig) {
       {{"train_dataset.dataloader.config.seq_length=1000000000000"}, "lower the sequence length", "train.yaml", "64G"},
       {{"model.num_hidden_layers=1000000"}, "the run needs at least", "train.yaml", "64G"},
       {{}, "LoRA fine-tuning is not supported by Loom yet", "lora.yaml"},
-      {{"training.global_batch_size=3"}, "global_batch_size"},
+      {{"training.global_batch_size=1"}, "exceeds global_batch_size"},
   };
   int i = 0;
   for (const auto& c : cases) {
@@ -289,6 +289,25 @@ TEST(TrainCli, NonFiniteStateIsNeverSavedOrResumed) {
       << slurp(dir.file("d"));
   EXPECT_EQ(fs::last_write_time(model_file), written);
 
+  // A dtype label that lies (F32 data labelled I32: the same byte size, so the header is
+  // consistent) is refused against the model.
+  const std::string lying = dir.file("lying");
+  fs::copy(dir.file("good") + "/checkpoints", lying, fs::copy_options::recursive);
+  {
+    const std::string file = lying + "/iteration_00000002/checkpoint-model-0000000-0000001.safetensors";
+    std::string bytes = slurp(file);
+    const auto at = bytes.find("\"F32\"");
+    ASSERT_NE(at, std::string::npos);
+    bytes.replace(at, 5, "\"I32\"");
+    std::ofstream(file, std::ios::binary) << bytes;
+  }
+  EXPECT_EQ(run({"train", "--config", dir.file("train.yaml"), "--output", dir.file("lie"), "--set",
+                 "checkpoint.load_path=" + lying, "--set", "training.steps=4"},
+                dir.file("f")),
+            1);
+  EXPECT_NE(slurp(dir.file("f")).find("is stored as int32 but the model holds it as float32"), std::string::npos)
+      << slurp(dir.file("f"));
+
   // The checkpoint's weights poisoned: the resume is refused, naming the checkpoint.
   poison_first_tensor(model_file);
   EXPECT_EQ(run({"train", "--config", dir.file("train.yaml"), "--output", dir.file("nan"), "--set",
@@ -297,5 +316,5 @@ TEST(TrainCli, NonFiniteStateIsNeverSavedOrResumed) {
             1);
   EXPECT_NE(slurp(dir.file("e")).find("checkpoint " + iteration + " cannot be resumed: '"), std::string::npos)
       << slurp(dir.file("e"));
-  EXPECT_FALSE(fs::exists(dir.file("nan") + "/metrics.jsonl"));
+  EXPECT_EQ(lines_in(dir.file("nan") + "/metrics.jsonl"), 0u) << "no step may run";
 }

@@ -37,7 +37,8 @@ void add_memory_gap(const TrainConfig& c, const models::ModelArgs& model, std::i
     if (problem.empty()) return;
     const bool state_heavy = r.memory->activation_bytes <= r.memory->parameter_bytes + r.memory->gradient_bytes +
                                                                 r.memory->optimizer_bytes;
-    r.gaps.push_back(diag.positioned(state_heavy ? "model" : "training.local_batch_size", problem));
+    const std::string path = state_heavy ? "model" : "training.local_batch_size";
+    r.gaps.push_back(diag.positioned(path, path + ": " + problem));
   } catch (const models::SizeOverflow& e) {
     const std::string path = e.field == "seq_length" ? "train_dataset.dataloader.config.seq_length"
                                                      : "model." + e.field;
