@@ -318,3 +318,21 @@ TEST(TrainCli, NonFiniteStateIsNeverSavedOrResumed) {
       << slurp(dir.file("e"));
   EXPECT_EQ(lines_in(dir.file("nan") + "/metrics.jsonl"), 0u) << "no step may run";
 }
+
+// A full disk under train.log or metrics.jsonl (/dev/full refuses every write) reaches stderr and
+// stops the run with a non-zero exit, instead of leaving a log cut short.
+TEST(TrainCli, WriteErrorsOnTheLogsStopTheRun) {
+  lt::TempDir dir;
+  auto data = lt::write_pattern_dataset(dir);
+  lt::write_file(dir.file("train.yaml"), lt::tiny_config_yaml(data, 3, 2, 2));
+  for (const char* file : {"train.log", "metrics.jsonl"}) {
+    SCOPED_TRACE(file);
+    const std::string run_dir = dir.file(std::string("full_") + file);
+    fs::create_directories(run_dir);
+    fs::create_symlink("/dev/full", run_dir + "/" + file);
+    const std::string log = dir.file(std::string("log_") + file);
+    EXPECT_EQ(run({"train", "--config", dir.file("train.yaml"), "--output", run_dir}, log), 1) << slurp(log);
+    EXPECT_NE(slurp(log).find("cannot write"), std::string::npos) << slurp(log);
+    EXPECT_NE(slurp(log).find(run_dir + "/" + file), std::string::npos) << slurp(log);
+  }
+}

@@ -271,6 +271,17 @@ LoadedCheckpoint CheckpointManager::load_state(const std::string& load_path, boo
   const fs::path dir(where.dir);
   if (fs::exists(dir / "common.json")) {
     out.common = read_json(dir / "common.json");
+    // The counters a resume reads must be what a save writes: a damaged file is named, not cast.
+    LOOM_CHECK(out.common.is_object(), CheckpointError, "'", (dir / "common.json").string(),
+               "' must hold a JSON object; the file is damaged");
+    for (const char* key : {"global_step", "consumed_samples", "global_batch_size", "epoch_num", "step_num"})
+      if (auto it = out.common.find(key); it != out.common.end() && !it->is_null())
+        LOOM_CHECK(it->is_number_integer() && it->get<int64_t>() >= 0, CheckpointError, "'",
+                   (dir / "common.json").string(), "': ", key, " must be a non-negative integer, got ", it->dump(),
+                   "; the file is damaged");
+    if (out.common.contains("global_batch_size") && !out.common["global_batch_size"].is_null())
+      LOOM_CHECK(out.common["global_batch_size"].get<int64_t>() >= 1, CheckpointError, "'",
+                 (dir / "common.json").string(), "': global_batch_size must be >= 1; the file is damaged");
     if (out.common.contains("loom")) out.extra = out.common["loom"];
   } else {
     log::warn("checkpoint '", dir.string(), "' has no common.json: step, consumed samples and data position start at 0");

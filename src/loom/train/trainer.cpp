@@ -449,6 +449,9 @@ TrainSummary Trainer::train() {
     }
     if (state_.epoch != epoch_before) fire(&Callback::on_epoch_end);
     fire(&Callback::on_step_end, &m);
+    const std::string log_error = log::file_error();
+    LOOM_CHECK(log_error.empty(), IOError, log_error, " (at step ", state_.global_step, "); free space or pass --output "
+               "on another disk, then resume from the last checkpoint");
     if (state_.epoch != epoch_before) fire(&Callback::on_epoch_begin);
     profiler_->on_step_end(state_.global_step);
   }
