@@ -132,12 +132,15 @@ std::pair<int, std::string> check_config(const std::string& file, const std::vec
 // `loom check-config` reports too, with the same message (an error, or for what only keeps the
 // file from running, a note "loom train cannot run this file"). Each class of the start-up errors
 // is here: model values, non-finite floats, sizes whose products overflow, runs the host cannot
-// hold, unsupported sections. Files named by the configuration (data, checkpoints) are checked
+// hold, unsupported sections, callback entries. Files named by the configuration (data, checkpoints) are checked
 // when train opens them, not by check-config.
 TEST(TrainCli, EveryStartUpErrorOfTrainIsReportedByCheckConfig) {
   lt::TempDir dir;
   auto data = lt::write_pattern_dataset(dir);
   lt::write_file(dir.file("train.yaml"), lt::tiny_config_yaml(data, 3, 2, 2));
+  lt::write_file(dir.file("callback.yaml"), lt::tiny_config_yaml(data, 3, 2, 2, "callbacks:\n  - type: NoSuchCallback\n"));
+  lt::write_file(dir.file("callback_arg.yaml"),
+                 lt::tiny_config_yaml(data, 3, 2, 2, "callbacks:\n  - type: LossCallback\n    log_interval: 0\n"));
   lt::write_file(dir.file("lora.yaml"),
                  lt::tiny_config_yaml(data, 3, 2, 2, "lora_config:\n  target_modules: '.*linear_q'\n"));
   struct Case {
@@ -162,6 +165,9 @@ TEST(TrainCli, EveryStartUpErrorOfTrainIsReportedByCheckConfig) {
       {{"train_dataset.dataloader.config.seq_length=1000000000000"}, "lower the sequence length", "train.yaml", "64G"},
       {{"model.num_hidden_layers=1000000"}, "the run needs at least", "train.yaml", "64G"},
       {{}, "LoRA fine-tuning is not supported by Loom yet", "lora.yaml"},
+      {{}, "callbacks[0].type: unknown callback type 'NoSuchCallback'; registered callbacks are: LossCallback",
+       "callback.yaml"},
+      {{}, "log_interval", "callback_arg.yaml"},
       {{"training.global_batch_size=1"}, "exceeds global_batch_size"},
   };
   int i = 0;

@@ -77,6 +77,8 @@ Trainer::~Trainer() {
 
 void Trainer::build() {
   prepare_run_directory();
+  // Before anything is allocated: a bad callback entry stops the run as check-config reports it.
+  configured_callbacks_ = make_configured_callbacks(config_.callbacks);
   apply_thread_env();
   peak_gflops_ = peak_flops(num_threads()).gflops * options_.world_size;
   manual_seed(static_cast<uint64_t>(config_.training.seed));
@@ -215,11 +217,8 @@ void Trainer::build_monitoring() {
   profiler_->instrument(model_->module());
 
   callbacks_ = make_builtin_callbacks(*this);
-  register_builtin_callbacks();
-  for (size_t i = 0; i < config_.callbacks.size(); ++i) {
-    const auto& cb = config_.callbacks[i];
-    callbacks_.push_back(CallbackRegistry::instance().create(cb.type, cb.extras, "callbacks[" + std::to_string(i) + "]"));
-  }
+  for (auto& cb : configured_callbacks_) callbacks_.push_back(std::move(cb));
+  configured_callbacks_.clear();
 }
 
 // ---- Resume ----------------------------------------------------------------------------------

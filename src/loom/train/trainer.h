@@ -132,6 +132,7 @@ class Trainer {
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<Profiler> profiler_;
   std::vector<std::unique_ptr<Callback>> callbacks_;
+  std::vector<std::unique_ptr<Callback>> configured_callbacks_;  // `callbacks:`, built first, run after the built-ins
   std::shared_ptr<void> memory_state_;  // keeps swap machinery alive
   std::shared_ptr<dist::DeviceMesh> mesh_;
   std::unique_ptr<dist::ParallelModel> parallel_;
