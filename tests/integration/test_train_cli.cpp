@@ -342,3 +342,24 @@ TEST(TrainCli, WriteErrorsOnTheLogsStopTheRun) {
     EXPECT_NE(slurp(log).find(run_dir + "/" + file), std::string::npos) << slurp(log);
   }
 }
+
+// A negative token id in the data is reported with the file, the sequence and the sample.
+TEST(TrainCli, NegativeTokenIdsNameTheFileAndSequence) {
+  lt::TempDir dir;
+  const std::string prefix = dir.file("signed");
+  {
+    loom::data::IndexedDatasetBuilder b(prefix + ".bin", loom::data::TokenDType::i32);
+    for (int d = 0; d < 64; ++d) {
+      std::vector<int64_t> tokens(130, 5);
+      if (d == 0) tokens[3] = -5;
+      const std::vector<int32_t> lengths{130};
+      b.add_document(tokens, lengths);
+    }
+    b.finalize(prefix + ".idx");
+  }
+  lt::write_file(dir.file("train.yaml"), lt::tiny_config_yaml(prefix, 40, 2, 2));
+  EXPECT_EQ(run({"train", "--config", dir.file("train.yaml"), "--output", dir.file("run")}, dir.file("log")), 1);
+  const std::string log = slurp(dir.file("log"));
+  EXPECT_NE(log.find(prefix + ".bin: token 3 of sequence 0"), std::string::npos) << log;
+  EXPECT_NE(log.find("is -5; token ids must be non-negative"), std::string::npos) << log;
+}
