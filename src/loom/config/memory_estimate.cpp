@@ -139,10 +139,12 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const models::ModelArgs& a,
 }
 
 int ranks_per_host(int world_size) {
-  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) {
-    const int n = std::atoi(local);
-    if (n >= 1) return n;
-  }
+  // Open MPI's mpirun, then MPICH/Hydra's; without either every rank is taken to be on this host.
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+    if (const char* local = std::getenv(name)) {
+      const int n = std::atoi(local);
+      if (n >= 1) return n;
+    }
   return world_size;
 }
 

@@ -49,7 +49,8 @@ struct MemoryEstimate {
 MemoryEstimate estimate_memory(const TrainConfig& config, const models::ModelArgs& model, const ParallelLayout& layout,
                                const memory::RecomputeOptions& recompute, std::int64_t seq_length, int ranks_per_host);
 
-// The ranks of this run on this host: OMPI_COMM_WORLD_LOCAL_SIZE under mpirun, else the world.
+// The ranks of this run on this host: OMPI_COMM_WORLD_LOCAL_SIZE (Open MPI) or MPI_LOCALNRANKS
+// (MPICH) under mpirun, else the world.
 int ranks_per_host(int world_size);
 
 struct HostMemory {
