@@ -4,11 +4,15 @@
 
 #include "command.h"
 #include "loom/config/check_config.h"
+#include "loom/train/builtin_callbacks.h"
 
 namespace {
 
 int check_config_command(const std::vector<std::string>& args) {
-  return loom::config::run_check_config(args, std::cout, std::cerr);
+  // The callbacks are built as `loom train` builds them, so their errors are reported here too.
+  return loom::config::run_check_config(args, std::cout, std::cerr, [](const loom::config::LoadedConfig& loaded) {
+    (void)loom::train::make_configured_callbacks(loaded.config.callbacks);
+  });
 }
 
 }  // namespace

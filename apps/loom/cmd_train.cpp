@@ -78,6 +78,12 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
     return 2;
   }
   if (threads > 0) {
+    // More threads than cores only time-slice them (and the peak FLOP/s, so MFU, would be wrong).
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (threads > cores) {
+      loom::log::warn("--threads ", threads, " is more than the ", cores, " cores available; using ", cores);
+      threads = cores;
+    }
     loom::set_num_threads(threads);
   } else if (rt.world_size() > 1 && !std::getenv("LOOM_NUM_THREADS")) {
     // Processes sharing a host share its cores (loom launch sets LOOM_NUM_THREADS itself).
@@ -124,6 +130,13 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
                 static_cast<long long>(s.first_step), static_cast<long long>(s.last_step), s.first_loss, s.last_loss,
                 s.mean_tokens_per_s, s.mean_mfu * 100.0, s.run_dir.c_str());
   loom::log::info(line);
+  // Every update skipped: nothing was learnt, whatever the exit of the loop says.
+  if (s.steps_run > 0 && s.skipped_updates == s.steps_run) {
+    loom::log::error("all ", s.steps_run, " updates of this run were skipped (non-finite loss or grad norm, or above "
+                     "monitor.health_checkpoint.global_norm_skip_threshold): the weights did not change. Check the "
+                     "data and lr_scheduler.learning_rate, or resume from an earlier checkpoint");
+    return 1;
+  }
   if (s.interrupted) {
     const auto& ck = trainer.checkpoints().options();
     loom::log::info("stopped early; to continue: loom train --config ", run_dir, "/config.yaml --set checkpoint.load_path=",

@@ -215,8 +215,11 @@ TEST(ParallelRules, ComputedAndReservedFieldsWarn) {
   EXPECT_NE(warnings("parallelism:\n  pipeline_parallel_enable_dxdw_split: true\n")
                 .find("has no effect without pipeline_parallel_overlap_b_f"),
             std::string::npos);
-  EXPECT_NE(warnings("parallelism:\n  data_parallel_shard: 16\ntraining:\n  global_batch_size: 8\n", 8)
-                .find("is 16 but the inferred shard degree is 8"),
+  // A shard degree the world cannot give is an error (it was a warning, and the run trained on
+  // with another layout than the file's).
+  EXPECT_NE(errors("parallelism:\n  data_parallel_shard: 16\ntraining:\n  global_batch_size: 8\n", 8)
+                .find("is 16 but the inferred shard degree is 8 (data_parallel 8 = dp_replicate 1 x dp_shard 8 on 8 "
+                      "ranks); set it to a divisor of data_parallel (8) or -1"),
             std::string::npos);
 }
 

@@ -481,12 +481,19 @@ def launch(args, work):
         log = f.read()
     if "(2 processes)" not in log:
         raise SystemExit("FAIL: train.log does not show a 2-process run")
-    # Layout errors: every rank exits non-zero at once, with the message naming the field.
-    cases = [("batch_too_small", "local_batch_size: 2", "local_batch_size: 8", "global_batch_size"),
+    # Layout and start-up errors: every rank exits non-zero at once, with the message naming the
+    # field; an update that makes the weights non-finite stops every rank at the same step.
+    cases = [("batch_too_small", "local_batch_size: 2", "local_batch_size: 8", "global_batch_size", {}),
              ("expert_parallel", "data_parallel_shard: -1", "data_parallel_shard: -1\n  expert_parallel: 2",
-              "parallelism.expert_parallel: is 2, but this build trains")]
+              "parallelism.expert_parallel: is 2, but this build trains", {}),
+             ("shard_misfit", "data_parallel_shard: -1", "data_parallel_shard: 4",
+              "parallelism.data_parallel_shard: is 4 but the inferred shard degree is 2", {}),
+             ("memory_misfit", "data_parallel_shard: -1", "data_parallel_shard: -1", "the run needs at least",
+              {"LOOM_MEMORY_LIMIT": "1K"}),
+             ("non_finite_update", "learning_rate: 3.e-3", "learning_rate: 1.e+39",
+              "holds inf or nan; stopped before anything was saved", {})]
     world = 2
-    for name, old, new, expected in cases:
+    for name, old, new, expected, env in cases:
         config, run_dir = write_config(work, name)
         with open(config) as f:
             text = f.read().replace(old, new)
@@ -495,9 +502,10 @@ def launch(args, work):
         t0 = time.time()
         p = subprocess.run([args.mpirun, "-np", str(world)] + MPI_FLAGS + [args.loom, "train", "--config", config,
                                                                            "--output", run_dir],
-                           env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+                           env=dict(ENV, **env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
         took = time.time() - t0
-        if p.returncode == 0 or expected not in p.stdout or took > 20:
+        if p.returncode == 0 or expected not in p.stdout or took > 20 or os.path.exists(
+                os.path.join(run_dir, "checkpoints", "latest_checkpointed_iteration.txt")):
             print(p.stdout)
             raise SystemExit("FAIL: %s: exit %d after %.1fs; expected non-zero with '%s'" % (name, p.returncode, took,
                                                                                            expected))

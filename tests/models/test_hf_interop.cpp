@@ -153,6 +153,17 @@ TEST(HfInterop, BrokenFoldersListEveryProblem) {
   msg = checkpoint_error([&] { read_hf_tensors(dir.path().string()); });
   EXPECT_NE(msg.find("names shard model-00002-of-00002.safetensors which does not exist"), std::string::npos) << msg;
 
+  // An HF folder whose weights contradict its config.json: refused before anything is written.
+  TempDir lying;
+  std::filesystem::copy(src, lying.path(), std::filesystem::copy_options::recursive);
+  Json lying_config = read_hf_config(src);
+  lying_config["intermediate_size"] = 22;
+  std::ofstream(lying.file("config.json")) << lying_config.dump(2);
+  msg = checkpoint_error([&] { convert_from_hf(lying.path().string(), lying.file("out")); });
+  EXPECT_NE(msg.find("does not match the qwen3 model of its configuration"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("config.json and the weights disagree"), std::string::npos) << msg;
+  EXPECT_FALSE(std::filesystem::exists(lying.file("out")));
+
   // A Loom checkpoint whose shapes do not fit the configuration it is converted with.
   TempDir ck;
   convert_from_hf(src, ck.path().string());

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/core/allocator.h"
 #include "trainer_fixture.h"
 
 using namespace loom;
@@ -208,4 +209,20 @@ TEST(Trainer, NeedsAResolutionForItsWorldSize) {
   TrainerOptions two = lt::quiet_options(dir.file("b"));
   two.world_size = 2;
   EXPECT_THROW(Trainer(lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 2)), build_causal_lm, two), ValueError);
+}
+
+// The start-up memory estimate (config/memory_estimate.h) is a lower bound of what a step really
+// holds at its peak: parameters, gradients, optimizer state and the activations of a micro-batch.
+TEST(Trainer, MemoryEstimateIsALowerBoundOfTheMeasuredPeak) {
+  lt::TempDir dir;
+  auto data = lt::write_pattern_dataset(dir);
+  config::LoadedConfig loaded = lt::tiny_config(lt::tiny_config_yaml(data, 2, 4, 4, "checkpoint:\n  enable_save: False\n"));
+  ASSERT_TRUE(loaded.resolved->memory.has_value());
+  const config::MemoryEstimate estimate = *loaded.resolved->memory;
+  Trainer t(std::move(loaded), build_causal_lm, lt::quiet_options(dir.file("run")));
+  t.train();
+  const int64_t peak = loom::memory_stats().peak_bytes;  // of the last step
+  EXPECT_GE(peak, estimate.per_rank_bytes());
+  // A lower bound that is not far off: the step holds less than three times the estimate.
+  EXPECT_LT(peak, 3 * estimate.per_rank_bytes()) << "estimate " << estimate.per_rank_bytes() << " peak " << peak;
 }

@@ -79,7 +79,8 @@ std::string layout_yaml(const ParallelLayout& layout, const TrainConfig& config)
   return o.str();
 }
 
-int run_check_config(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int run_check_config(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                     const RunChecks& run_checks) {
   std::string file;
   LoadOptions options;
   int world_size = 1;
@@ -130,6 +131,7 @@ int run_check_config(const std::vector<std::string>& args, std::ostream& out, st
   LoadedConfig loaded;
   try {
     loaded = load_config_checked(file, options);
+    if (run_checks) run_checks(loaded);
   } catch (const ConfigReadError& e) {
     print_lines(err, "error: ", e.what());
     return kCheckConfigUnreadable;

@@ -6,6 +6,7 @@
 // Exit codes: 0 valid, 1 invalid, 2 unreadable file or bad command line.
 #pragma once
 
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -18,7 +19,12 @@ inline constexpr int kCheckConfigValid = 0;
 inline constexpr int kCheckConfigInvalid = 1;
 inline constexpr int kCheckConfigUnreadable = 2;
 
-int run_check_config(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// What a run checks that the configuration layer cannot (the callback registry lives in train):
+// throws ConfigError like load_config does. `loom check-config` passes the trainer's own check.
+using RunChecks = std::function<void(const LoadedConfig& loaded)>;
+
+int run_check_config(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                     const RunChecks& run_checks = {});
 
 // The layout block printed by check-config (a YAML mapping under `parallel_layout:`).
 std::string layout_yaml(const ParallelLayout& layout, const TrainConfig& config);

@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include "loom/config/checks.h"
 #include "loom/config/config.h"
 #include "loom/config/field_reader.h"
@@ -5,6 +7,24 @@
 #include "loom/core/log.h"
 
 namespace loom::config {
+
+namespace {
+
+// No field of a configuration means anything by .inf or .nan: a non-finite learning rate, decay
+// or epsilon would train to NaN (range rules such as `>= 0` let .inf through). One rule for every
+// number in the file, typed or passed through; the model section's reader has the same rule.
+void reject_non_finite(const ConfigNode& node, const std::string& path, Diagnostics& diag) {
+  if (node.kind == ConfigNode::Kind::floating && !std::isfinite(node.floating)) {
+    diag.error(path, "is " + node.text + ", which is not a finite number; write a finite value");
+  } else if (node.is_list()) {
+    for (std::size_t i = 0; i < node.items.size(); ++i) reject_non_finite(node.items[i], index_path(path, i), diag);
+  } else if (node.is_map()) {
+    for (const auto& e : node.entries)
+      if (!(path.empty() && e.key == "model")) reject_non_finite(e.value, child_path(path, e.key), diag);
+  }
+}
+
+}  // namespace
 
 LoadedConfig load_config_text(const std::string& yaml, const std::string& source, const LoadOptions& options) {
   Diagnostics diag(source);
@@ -25,6 +45,7 @@ LoadedConfig load_config_text(const std::string& yaml, const std::string& source
     }
   }
   diag.index_marks(root);
+  reject_non_finite(root, "", diag);
 
   LoadedConfig loaded;
   TrainConfig& config = loaded.config;

@@ -4,6 +4,8 @@
 #include <charconv>
 #include <regex>
 
+#include "loom/models/model_args.h"
+
 namespace loom::config {
 
 namespace {
@@ -45,6 +47,13 @@ std::vector<LayerRange> parse_layer_specs(const LayerSpecs& specs, std::optional
     if (!m[2].matched) r.last = r.first;
     if (r.first > r.last) {
       diag.error(path, "range start must be <= end, got '" + text + "'");
+      continue;
+    }
+    // Without the model's depth the bound is the deepest model Loom builds: the ids are expanded
+    // into sets, so a range to 2^62 must not get there.
+    if (!num_layers && r.last >= models::kMaxLayers) {
+      diag.error(path, "layer id " + std::to_string(r.last) + " is beyond any model's depth (Loom builds at most " +
+                           std::to_string(models::kMaxLayers) + " layers), got '" + text + "'");
       continue;
     }
     if (num_layers && r.last >= *num_layers) {

@@ -105,11 +105,19 @@ std::optional<ParallelLayout> resolve_layout(const TrainConfig& c, int world_siz
   layout.dims = dist::ParallelDims::infer(world_size, degrees);
   const auto& dims = layout.dims;
   const int shard = c.parallelism.data_parallel_shard;
-  if (shard > 0 && shard != dims.dp_shard())
-    diag.warn("parallelism.data_parallel_shard",
-              "is " + std::to_string(shard) + " but the inferred shard degree is " + std::to_string(dims.dp_shard()) +
-                  " (data_parallel " + std::to_string(dims.data_parallel()) + " = dp_replicate " +
-                  std::to_string(dims.dp_replicate()) + " x dp_shard " + std::to_string(dims.dp_shard()) + ")");
+  // Several ranks training on with another shard degree than the file asks for would hold and
+  // save another layout than the file's: the layout does not fit this world, so every rank stops.
+  // One process runs any file (a mesh of size one), with a warning.
+  if (shard > 0 && shard != dims.dp_shard()) {
+    const std::string misfit =
+        "is " + std::to_string(shard) + " but the inferred shard degree is " + std::to_string(dims.dp_shard()) +
+        " (data_parallel " + std::to_string(dims.data_parallel()) + " = dp_replicate " +
+        std::to_string(dims.dp_replicate()) + " x dp_shard " + std::to_string(dims.dp_shard()) + " on " +
+        std::to_string(world_size) + " ranks); set it to a divisor of data_parallel (" +
+        std::to_string(dims.data_parallel()) + ") or -1, or run on a world size it fits";
+    if (world_size > 1) diag.error("parallelism.data_parallel_shard", misfit);
+    else diag.warn("parallelism.data_parallel_shard", misfit);
+  }
 
   // Gradient accumulation (reference trainer._compute_data_parallel_size).
   const TrainingConfig& t = c.training;

@@ -1,7 +1,9 @@
 #include "loom/config/resolved_config.h"
 
 #include "loom/config/checks.h"
+#include "loom/config/memory_estimate.h"
 #include "loom/core/error.h"
+#include "loom/models/accounting.h"
 
 namespace loom::config {
 
@@ -18,6 +20,30 @@ namespace {
 std::string gap_source(const std::vector<std::string>& gaps) {
   // Every gap starts with its position; the file is what precedes the first ':'.
   return gaps.empty() ? std::string("<config>") : gaps.front().substr(0, gaps.front().find(':'));
+}
+
+// The start-up memory estimate (memory_estimate.h): a product of sizes that overflows is an
+// error naming the field; a run this host cannot hold is a gap, so check-config shows it and
+// train stops before it allocates anything.
+void add_memory_gap(const TrainConfig& c, const models::ModelArgs& model, std::int64_t data_seq_length,
+                    ResolvedConfig& r, Diagnostics& diag) {
+  const std::int64_t seq_length = data_seq_length > 0 ? data_seq_length : model.seq_length;
+  if (seq_length <= 0) return;
+  try {
+    r.memory = estimate_memory(c, model, r.layout, r.recompute, seq_length, ranks_per_host(r.layout.world_size));
+    const std::optional<HostMemory> host = host_memory();
+    if (!host) return;
+    const std::string problem = memory_fit_problem(*r.memory, *host, c, model, r.recompute);
+    if (problem.empty()) return;
+    const bool state_heavy = r.memory->activation_bytes <= r.memory->parameter_bytes + r.memory->gradient_bytes +
+                                                                r.memory->optimizer_bytes;
+    const std::string path = state_heavy ? "model" : "training.local_batch_size";
+    r.gaps.push_back(diag.positioned(path, path + ": " + problem));
+  } catch (const models::SizeOverflow& e) {
+    const std::string path = e.field == "seq_length" ? "train_dataset.dataloader.config.seq_length"
+                                                     : "model." + e.field;
+    diag.error(path, std::string("the memory estimate: ") + e.what());
+  }
 }
 
 }  // namespace
@@ -57,6 +83,10 @@ std::optional<ResolvedConfig> resolve(const TrainConfig& c, std::optional<int> w
   for (const auto& gap : model.gaps) r.gaps.push_back(diag.positioned(gap.path, gap.message));
   r.gaps.insert(r.gaps.end(), loader.gaps.begin(), loader.gaps.end());
   for (const auto& [path, message] : parallel.unsupported) r.gaps.push_back(diag.positioned(path, message));
+  if (c.lora_config)
+    r.gaps.push_back(diag.positioned("lora_config", "lora_config: LoRA fine-tuning is not supported by Loom yet; remove "
+                                                    "the section to train all parameters"));
+  if (model.gaps.empty()) add_memory_gap(c, model.args, loader.options.config.seq_length, r, diag);
   if (model.gaps.empty()) r.model = std::move(model.args);
   if (loader.gaps.empty()) r.loader = std::move(loader.options);
   return r;

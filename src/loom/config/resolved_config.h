@@ -9,6 +9,7 @@
 //                   section's one reader; config adds positions and did-you-mean hints
 //   recompute/swap  memory_checks.cpp (layer specs, prefetch range, recompute/swap combinations)
 //   loader          dataset_section.cpp (train_dataset's data-loader keys)
+//   memory          memory_estimate.cpp (bytes per rank and host; a run the host cannot hold is a gap)
 //   -               section_checks.cpp, optimizer_checks.cpp (training, checkpoint, monitor,
 //                   profiler, optimizer, lr_scheduler, ...: read by the trainer as sections)
 // Below config, dist::ParallelDims, memory::plan_memory and data::build_data_loader assert on
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "loom/config/diagnostics.h"
+#include "loom/config/memory_estimate.h"
 #include "loom/config/parallel_layout.h"
 #include "loom/config/sections.h"
 #include "loom/data/loader_options.h"
@@ -41,6 +43,8 @@ struct ResolvedConfig {
   // Absent when the section does not describe a model / a dataset Loom can build (see gaps).
   std::optional<models::ModelArgs> model;
   std::optional<data::LoaderOptions> loader;
+  // The start-up memory estimate (memory_estimate.h), when the model and the sequence length are known.
+  std::optional<MemoryEstimate> memory;
   // What keeps this configuration from training, one "<file>:<line>:<col>: <problem>" each.
   std::vector<std::string> gaps;
 

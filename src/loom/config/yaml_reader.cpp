@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "loom/config/yaml_scalar.h"
+#include "loom/core/regular_file.h"
 
 namespace loom::config {
 
@@ -22,6 +23,9 @@ std::string read_config_file(const std::string& path, const ReadLimits& limits) 
                "taken from the current directory ", fs::current_path(ec).string(), ")");
   if (fs::is_directory(status))
     LOOM_THROW(ConfigReadError, path, ": is a directory, not a YAML configuration file");
+  // A FIFO would block the read until a writer comes; a device streams forever.
+  if (const std::string kind = non_regular_kind(path); !kind.empty())
+    LOOM_THROW(ConfigReadError, path, ": is ", kind, ", not a regular file; give the path of a YAML configuration file");
   const auto size = fs::file_size(path, ec);
   if (!ec && size > limits.max_bytes)
     LOOM_THROW(ConfigReadError, path, ": file is ", size, " bytes; a Loom configuration is a few KB (limit ",
@@ -162,6 +166,15 @@ void screen_config_text(const std::string& text, const std::string& source, cons
         while (p < rest.size() && rest[p] == ' ') ++p;
         indents.push_back(ws + p);
       }
+      // ',' cannot start a value outside [ ] or { } (it is a YAML indicator); yaml-cpp loops
+      // allocating on a document that starts with one, so it is refused here.
+      std::string_view value = rest.substr(p);
+      if (value.rfind("---", 0) == 0) value = value.substr(value.find_first_not_of(" -") == std::string_view::npos
+                                                                ? value.size()
+                                                                : value.find_first_not_of(" -"));
+      if (!value.empty() && value[0] == ',')
+        LOOM_THROW(ConfigReadError, source, ":", line_no, ":", ws + 1 + (rest.size() - value.size()),
+                   ": not valid YAML: ',' cannot start a value outside [ ] or { } (quote it: \",...\")");
     }
     int line_max_flow = flow;
     char quote = 0;

@@ -16,6 +16,10 @@ Level level();
 void set_rank(int rank, int world_size);
 // Also append rank-0 output to this file ("" closes it).
 void set_file(const std::string& path);
+// "" while the log file takes every line; else what failed (a full disk, an I/O error): said once
+// on stderr when it happens, then the file is closed. Long runs check it after each step and stop,
+// so a log cut short never goes unnoticed.
+std::string file_error();
 
 void write(Level level, const std::string& message);
 

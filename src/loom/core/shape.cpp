@@ -26,8 +26,12 @@ int64_t Shape::at(int i) const {
 }
 
 int64_t Shape::numel() const {
+  // Checked: a product of sizes that overflows would allocate a wrapped-around size and write
+  // past it. Configured sizes are checked where the configuration is resolved; this is the net.
   int64_t n = 1;
-  for (int i = 0; i < ndim_; ++i) n *= dims_[i];
+  for (int i = 0; i < ndim_; ++i)
+    LOOM_CHECK(!__builtin_mul_overflow(n, dims_[i], &n), ShapeError, "shape ", str(),
+               " has more elements than a 64-bit count holds; the sizes that make it are too large");
   return n;
 }
 

@@ -174,6 +174,12 @@ void GptDataset::read_sample(int64_t index, std::span<int64_t> out) const {
     length = std::min(length, want - filled);
     if (length <= 0) return;
     dataset_->read(sequence, offset, length, out.data() + filled);
+    // The format stores any integer; a negative id is no token of any vocabulary. Name where it is.
+    for (int64_t t = 0; t < length; ++t)
+      LOOM_CHECK(out[static_cast<size_t>(filled + t)] >= 0, DataError, data_file_path(dataset_->path_prefix()),
+                 ": token ", offset + t, " of sequence ", sequence, " (sample ", index, ") is ",
+                 out[static_cast<size_t>(filled + t)], "; token ids must be non-negative: the file is damaged or was "
+                 "not written by `loom preprocess` (re-run it on the source text)");
     filled += length;
   };
   if (d0 == d1) {

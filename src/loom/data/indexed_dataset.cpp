@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "loom/core/error.h"
+#include "loom/core/regular_file.h"
 
 namespace loom::data {
 
@@ -19,12 +20,16 @@ bool indexed_dataset_exists(const std::string& prefix) {
 IndexedDataset::IndexedDataset(const std::string& path_prefix) : prefix_(path_prefix) {
   const std::string idx_path = index_file_path(prefix_);
   const std::string bin_path = data_file_path(prefix_);
-  std::error_code ec;
-  LOOM_CHECK(std::filesystem::is_regular_file(idx_path, ec), DataError, "indexed dataset '", prefix_,
-             "': ", idx_path, " does not exist (data_path entries are prefixes without .bin/.idx; "
-             "make the files with `loom preprocess`)");
-  LOOM_CHECK(std::filesystem::is_regular_file(bin_path, ec), DataError, "indexed dataset '", prefix_,
-             "': ", bin_path, " does not exist (the .bin must sit next to the .idx)");
+  // A pipe or device in place of the files would block or stream forever: say what it is.
+  const std::string idx_kind = non_regular_kind(idx_path), bin_kind = non_regular_kind(bin_path);
+  LOOM_CHECK(idx_kind != "missing", DataError, "indexed dataset '", prefix_, "': ", idx_path,
+             " does not exist (data_path entries are prefixes without .bin/.idx; make the files with `loom preprocess`)");
+  LOOM_CHECK(idx_kind.empty(), DataError, "indexed dataset '", prefix_, "': ", idx_path, " is ", idx_kind,
+             ", not a regular file; data_path must name the .idx/.bin files `loom preprocess` wrote");
+  LOOM_CHECK(bin_kind != "missing", DataError, "indexed dataset '", prefix_, "': ", bin_path,
+             " does not exist (the .bin must sit next to the .idx)");
+  LOOM_CHECK(bin_kind.empty(), DataError, "indexed dataset '", prefix_, "': ", bin_path, " is ", bin_kind,
+             ", not a regular file; data_path must name the .idx/.bin files `loom preprocess` wrote");
   idx_ = MappedFile(idx_path);
   bin_ = MappedFile(bin_path);
   validate();

@@ -10,10 +10,13 @@
 #include <utility>
 
 #include "loom/core/error.h"
+#include "loom/core/regular_file.h"
 
 namespace loom::data {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
+  // Before open: opening a FIFO for reading blocks until a writer comes.
+  require_regular_file(path, "file", "Loom maps data and checkpoint files whole, which needs a regular file");
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   LOOM_CHECK(fd >= 0, IOError, "cannot open ", path, ": ", std::strerror(errno),
              " (check the path and its permissions)");

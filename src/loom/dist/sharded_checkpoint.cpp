@@ -8,6 +8,7 @@
 #include <set>
 
 #include "loom/core/error.h"
+#include "loom/core/regular_file.h"
 #include "loom/core/trace.h"
 #include "loom/models/safetensors.h"
 
@@ -64,6 +65,7 @@ struct Described {
 };
 
 Json read_json_file(const fs::path& path) {
+  require_regular_file(path.string(), "checkpoint file", "a checkpoint's metadata must be a regular file");
   std::ifstream in(path);
   LOOM_CHECK(in.good(), CheckpointError, "cannot read '", path.string(), "'");
   try {
@@ -99,6 +101,8 @@ std::map<std::string, SavedTensor> read_layout(const fs::path& dir) {
     LOOM_CHECK(meta.contains("state_dict_metadata") && meta.contains("storage_data"), CheckpointError, "'",
                meta_path.string(), "' lacks state_dict_metadata or storage_data; the file is damaged");
     const Json& storage = meta["storage_data"];
+    // Keys and types as the save writes them; anything else is a damaged file, named as such.
+    try {
     for (auto& [name, m] : meta["state_dict_metadata"].items()) {
       SavedTensor t;
       t.global_shape = m.at("global_shape").get<std::vector<int64_t>>();
@@ -106,6 +110,13 @@ std::map<std::string, SavedTensor> read_layout(const fs::path& dir) {
         Chunk chunk;
         chunk.offset = c.at("global_offset").get<std::vector<int64_t>>();
         chunk.shape = c.at("local_shape").get<std::vector<int64_t>>();
+        bool fits = chunk.offset.size() == t.global_shape.size() && chunk.shape.size() == t.global_shape.size();
+        for (size_t a = 0; fits && a < t.global_shape.size(); ++a)
+          fits = chunk.offset[a] >= 0 && chunk.shape[a] >= 0 && t.global_shape[a] >= 0 &&
+                 chunk.offset[a] <= t.global_shape[a] - chunk.shape[a];
+        LOOM_CHECK(fits, CheckpointError, "'", meta_path.string(), "': a chunk of '", name, "' at ",
+                   c.at("global_offset").dump(), " of shape ", c.at("local_shape").dump(), " does not lie inside its ",
+                   m.at("global_shape").dump(), " tensor; the file is damaged");
         const std::string id = shard_id(name, chunk.offset);
         if (storage.contains(id))
           for (auto& s : storage[id])
@@ -113,9 +124,17 @@ std::map<std::string, SavedTensor> read_layout(const fs::path& dir) {
                                      s.contains("local_offset") ? s["local_offset"].get<std::vector<int64_t>>()
                                                                 : std::vector<int64_t>{}});
         LOOM_CHECK(!chunk.holders.empty(), CheckpointError, "'", meta_path.string(), "': no file holds shard ", id);
+        for (const auto& h : chunk.holders)
+          LOOM_CHECK(!h.file.empty() && h.file.find('/') == std::string::npos && h.file != "." && h.file != "..",
+                     CheckpointError, "'", meta_path.string(), "': shard ", id, " names file '", h.file,
+                     "', which is not a file of the checkpoint folder; the file is damaged");
         t.chunks.push_back(std::move(chunk));
       }
       out[name] = std::move(t);
+    }
+    } catch (const nlohmann::json::exception& e) {
+      LOOM_THROW(CheckpointError, "'", meta_path.string(), "' is not the metadata a save writes (", e.what(),
+                 "); the file is damaged");
     }
     return out;
   }
@@ -380,6 +399,12 @@ void load_resharded(const std::string& dir_str, std::vector<ShardedTensorEntry>&
         LOOM_CHECK(f.contains(e.name), CheckpointError, "'", (dir / holder->file).string(), "' should hold '", e.name,
                    "' (metadata.json says so) but does not; the checkpoint is damaged");
         Tensor src = f.tensor(e.name);
+        // A file's dtype label that disagrees with the model is a damaged file or another model's:
+        // converting would load garbage (the label's bytes read as another type).
+        LOOM_CHECK(src.dtype() == e.local.dtype(), CheckpointError, "'", (dir / holder->file).string(), "': '",
+                   e.name, "' is stored as ", dtype_name(src.dtype()), " but the model holds it as ",
+                   dtype_name(e.local.dtype()), "; resume with the params_dtype the checkpoint was saved with, or "
+                   "the file is damaged");
         // The stored tensor is the chunk itself, or (several chunks per rank) holds it at local_offset.
         std::vector<int64_t> at = holder->local_offset;
         if (at.empty()) {
@@ -388,7 +413,9 @@ void load_resharded(const std::string& dir_str, std::vector<ShardedTensorEntry>&
           at.assign(static_cast<size_t>(nd), 0);
         }
         bool inside = src.dim() == nd && at.size() == static_cast<size_t>(nd);
-        for (int a = 0; inside && a < nd; ++a) inside = at[static_cast<size_t>(a)] + c.shape[static_cast<size_t>(a)] <= src.size(a);
+        for (int a = 0; inside && a < nd; ++a)
+          inside = at[static_cast<size_t>(a)] >= 0 &&
+                   at[static_cast<size_t>(a)] + c.shape[static_cast<size_t>(a)] <= src.size(a);
         LOOM_CHECK(inside, CheckpointError, "'", (dir / holder->file).string(), "': '", e.name, "' is ", src.shape().str(),
                    " and cannot hold the chunk at ", shape_id_offset(at), " of ", shape_of(c.shape).str(),
                    " that metadata.json names; the checkpoint is damaged");

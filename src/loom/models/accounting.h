@@ -8,10 +8,25 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
+#include "loom/core/error.h"
 #include "loom/models/model_args.h"
 
 namespace loom::models {
+
+// A product or sum of configured sizes that does not fit 64 bits. `field` is the model key to
+// change (relative to the section: "hidden_size"); the message names every factor.
+class SizeOverflow : public ConfigError {
+ public:
+  SizeOverflow(std::string field, const std::string& message) : ConfigError(message), field(std::move(field)) {}
+  std::string field;
+};
+
+// a × b and a + b over sizes, checked: SizeOverflow naming `what` (e.g. "vocab_size × hidden_size")
+// and `field`, the key a user would lower.
+int64_t checked_mul(int64_t a, int64_t b, const char* what, const char* field);
+int64_t checked_add(int64_t a, int64_t b, const char* what, const char* field);
 
 struct ParameterCounts {
   int64_t total = 0;             // every parameter (what num_parameters() reports)
@@ -22,6 +37,7 @@ struct ParameterCounts {
   int64_t matmul_per_token = 0;  // N_matmul of the FLOPs formula (main model, no MTP)
 };
 
+// Throws SizeOverflow when the sizes' products do not fit 64 bits (ModelArgs::validate reports it).
 ParameterCounts count_parameters(const ModelArgs& args);
 
 // Training (forward + backward) FLOPs per token for sequences of `seq_length` tokens.

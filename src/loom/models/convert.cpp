@@ -44,7 +44,8 @@ std::optional<Json> read_model_config_file(const fs::path& dir) {
 }
 
 // Model weights must have exactly the shapes of the model the section describes.
-void check_against_model(const ModelArgs& args, const std::map<std::string, Tensor>& state, const std::string& source) {
+void check_against_model(const ModelArgs& args, const std::map<std::string, Tensor>& state, const std::string& source,
+                         const std::string& fix = "Pass the configuration the checkpoint was trained with (--config).") {
   auto model = build_model(args);
   std::vector<std::string> problems;
   std::map<std::string, Shape> expected;
@@ -63,7 +64,7 @@ void check_against_model(const ModelArgs& args, const std::map<std::string, Tens
   os << source << " does not match the " << args.model_type << " model of its configuration (" << problems.size()
      << " problem" << (problems.size() > 1 ? "s" : "") << "):";
   for (size_t i = 0; i < problems.size() && i < 40; ++i) os << "\n  " << problems[i];
-  os << "\nPass the configuration the checkpoint was trained with (--config).";
+  os << "\n" << fix;
   throw CheckpointError(os.str());
 }
 
@@ -71,6 +72,9 @@ void check_against_model(const ModelArgs& args, const std::map<std::string, Tens
 
 std::string convert_from_hf(const std::string& hf_dir, const std::string& out_dir, const Json& overrides) {
   HfModel m = load_hf_model(hf_dir, overrides);
+  // The weights must be the model config.json describes, or the checkpoint trains another model.
+  check_against_model(m.args, m.state, hf_dir, "config.json and the weights disagree: fix config.json (or the "
+                      "overrides), or use the folder the weights came from.");
   Json section = model_section_of(m.args, read_hf_config(hf_dir));
   for (auto it = overrides.begin(); it != overrides.end(); ++it) section[it.key()] = it.value();
   std::error_code ec;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "loom/core/error.h"
+#include "loom/core/regular_file.h"
 #include "loom/models/hf_config.h"
 #include "loom/models/hf_weights.h"
 #include "loom/models/safetensors.h"
@@ -19,6 +20,7 @@ using Json = nlohmann::ordered_json;
 namespace {
 
 Json read_json_file(const std::string& path) {
+  require_regular_file(path, "Hugging Face file", "config.json and the weight index must be regular files");
   std::ifstream in(path);
   LOOM_CHECK(in.good(), IOError, "cannot open ", path);
   std::stringstream ss;
@@ -27,6 +29,8 @@ Json read_json_file(const std::string& path) {
     return Json::parse(ss.str());
   } catch (const nlohmann::json::parse_error& e) {
     LOOM_THROW(CheckpointError, path, ": invalid JSON near byte ", e.byte, ": ", e.what());
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double
+    LOOM_THROW(CheckpointError, path, ": invalid JSON: ", e.what());
   }
 }
 

@@ -1,10 +1,12 @@
 #include "loom/models/model_args.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "loom/core/error.h"
 #include "loom/core/log.h"
+#include "loom/models/accounting.h"
 
 namespace loom::models {
 
@@ -305,9 +307,25 @@ bool ModelArgs::has_dense_layers() const {
   return false;
 }
 
+namespace {
+
+// .inf and .nan are never hyper-parameters (a non-finite rope_theta or init std trains to NaN):
+// one rule for every number of the section, nested ones included.
+void reject_non_finite(const Json& v, const std::string& path, std::vector<ModelIssue>& errors) {
+  if (v.is_number_float() && !std::isfinite(v.get<double>()))
+    errors.push_back({path, concat(path, " = ", v.get<double>(), " is not a finite number; write a finite value")});
+  else if (v.is_object())
+    for (auto it = v.begin(); it != v.end(); ++it) reject_non_finite(it.value(), path + "." + it.key(), errors);
+  else if (v.is_array())
+    for (std::size_t i = 0; i < v.size(); ++i) reject_non_finite(v[i], concat(path, "[", i, "]"), errors);
+}
+
+}  // namespace
+
 ModelReading read_model_args(const Json& section, const std::string& prefix) {
   ModelReading out;
   ModelArgs& a = out.args;
+  reject_non_finite(section, prefix, out.errors);
   KeyReader r(section, prefix, out.errors);
   const Json& s = section.is_object() ? section : empty_section();
   const bool known = resolve_architecture(r, a, prefix, out.gaps);
@@ -493,6 +511,12 @@ void ModelArgs::validate(const std::string& p, std::vector<ModelIssue>& errors, 
           num_attention_heads, " is not a multiple of ", p, ".num_key_value_heads = ", num_key_value_heads,
           "; grouped-query attention needs whole groups");
   check(norm_epsilon > 0, "rms_norm_eps", p, ".rms_norm_eps = ", norm_epsilon, " must be positive");
+  check(rope_theta > 1, "rope_theta", p, ".rope_theta = ", rope_theta,
+        " must be greater than 1 (the rotary base; HF models use 10000 to 1000000)");
+  check(init_std >= 0 && std::isfinite(init_std), "initializer_range", p, ".initializer_range = ", init_std,
+        " must be a finite number >= 0");
+  check(num_layers <= kMaxLayers, "num_hidden_layers", p, ".num_hidden_layers = ", num_layers,
+        " is more layers than Loom builds (at most ", kMaxLayers, ")");
   if (multi_latent_attention) {
     positive(kv_lora_rank, "kv_lora_rank");
     positive(qk_nope_head_dim, "qk_nope_head_dim");
@@ -533,6 +557,15 @@ void ModelArgs::validate(const std::string& p, std::vector<ModelIssue>& errors, 
         " must not be negative");
   for (auto [d, key] : {std::pair{params_dtype, "params_dtype"}, std::pair{compute_dtype, "compute_dtype"}})
     check(is_floating(d), key, p, ".", key, " must be a floating dtype");
+  // Products of sizes (parameter counts) must fit 64 bits, or every later size computed from them
+  // wraps around; the accounting multiplies them with checks and names the fields.
+  if (errors.empty() && gaps.empty()) {
+    try {
+      (void)count_parameters(*this);
+    } catch (const SizeOverflow& e) {
+      errors.push_back({p + "." + e.field, concat(p, ": ", e.what())});
+    }
+  }
 }
 
 }  // namespace loom::models

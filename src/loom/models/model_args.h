@@ -24,6 +24,10 @@ struct ArchitectureInfo {
 };
 const std::vector<ArchitectureInfo>& supported_architectures();
 
+// Deeper than any model trained (hundreds of layers), low enough that a per-layer loop over a
+// mistyped depth ends at once.
+inline constexpr int64_t kMaxLayers = int64_t{1} << 20;
+
 struct ModelArgs : nn::TransformerConfig {
   std::string model_type;    // "llama" | "qwen3" | "qwen3_moe" | "deepseek_v3"
   std::string architecture;  // "LlamaForCausalLM" | ...

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/core/regular_file.h"
+
 namespace loom::models {
 
 namespace {
@@ -57,6 +59,8 @@ struct SafetensorsFile::Mapping {
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile file;
   file.path_ = path;
+  // Before open: opening a FIFO for reading blocks until a writer comes.
+  require_regular_file(path, "safetensors file", "checkpoint and Hugging Face weight files must be regular files");
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   LOOM_CHECK(fd >= 0, IOError, "cannot open safetensors file ", path, ": ", errno_text());
   struct stat st {};
@@ -95,6 +99,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     LOOM_THROW(CheckpointError, path, ": header JSON is invalid near offset ", 8 + e.byte, ": ",
                e.what());
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double
+    LOOM_THROW(CheckpointError, path, ": header JSON at offset 8 is invalid: ", e.what());
   }
   LOOM_CHECK(header.is_object(), CheckpointError, path,
              ": header at offset 8 must be a JSON object of tensors");

@@ -121,4 +121,13 @@ void register_builtin_callbacks() {
   });
 }
 
+std::vector<std::unique_ptr<Callback>> make_configured_callbacks(const std::vector<config::CallbackConfig>& entries) {
+  register_builtin_callbacks();
+  std::vector<std::unique_ptr<Callback>> out;
+  for (size_t i = 0; i < entries.size(); ++i)
+    out.push_back(CallbackRegistry::instance().create(entries[i].type, entries[i].extras,
+                                                      "callbacks[" + std::to_string(i) + "]"));
+  return out;
+}
+
 }  // namespace loom::train

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "loom/config/sections.h"
 #include "loom/train/callbacks.h"
 
 namespace loom::train {
@@ -15,5 +16,10 @@ class Trainer;
 
 // Monitor (metrics.jsonl, TensorBoard, moe_monitor), loss log line, checkpoint saving.
 std::vector<std::unique_ptr<Callback>> make_builtin_callbacks(Trainer& trainer);
+
+// The `callbacks:` entries built from the registry (built-in types registered first); ConfigError
+// naming callbacks[i] for an unknown type or a bad argument. The trainer builds them before it
+// allocates anything, and `loom check-config` builds them the same way to report the same errors.
+std::vector<std::unique_ptr<Callback>> make_configured_callbacks(const std::vector<config::CallbackConfig>& entries);
 
 }  // namespace loom::train

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "loom/core/log.h"
+#include "loom/core/regular_file.h"
 #include "loom/core/parallel.h"
 #include "loom/core/trace.h"
 #include "loom/models/safetensors.h"
@@ -55,6 +56,7 @@ void write_text_atomic(const fs::path& path, const std::string& text) {
 }
 
 nlohmann::ordered_json read_json(const fs::path& path) {
+  require_regular_file(path.string(), "checkpoint file", "a checkpoint's metadata must be a regular file");
   std::ifstream in(path);
   LOOM_CHECK(in.good(), CheckpointError, "cannot read '", path.string(), "'");
   try {
@@ -121,6 +123,7 @@ ResolvedLoadPath resolve_load_path(const std::string& load_path) {
              "' is a file; point it at the folder that contains it");
   if (is_hf_dir(p)) return {p.string(), true};
   if (fs::exists(p / kLatestFile)) {
+    require_regular_file((p / kLatestFile).string(), "checkpoint file", "it must be the text file a save wrote");
     std::ifstream in(p / kLatestFile);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     char* end = nullptr;
@@ -268,6 +271,17 @@ LoadedCheckpoint CheckpointManager::load_state(const std::string& load_path, boo
   const fs::path dir(where.dir);
   if (fs::exists(dir / "common.json")) {
     out.common = read_json(dir / "common.json");
+    // The counters a resume reads must be what a save writes: a damaged file is named, not cast.
+    LOOM_CHECK(out.common.is_object(), CheckpointError, "'", (dir / "common.json").string(),
+               "' must hold a JSON object; the file is damaged");
+    for (const char* key : {"global_step", "consumed_samples", "global_batch_size", "epoch_num", "step_num"})
+      if (auto it = out.common.find(key); it != out.common.end() && !it->is_null())
+        LOOM_CHECK(it->is_number_integer() && it->get<int64_t>() >= 0, CheckpointError, "'",
+                   (dir / "common.json").string(), "': ", key, " must be a non-negative integer, got ", it->dump(),
+                   "; the file is damaged");
+    if (out.common.contains("global_batch_size") && !out.common["global_batch_size"].is_null())
+      LOOM_CHECK(out.common["global_batch_size"].get<int64_t>() >= 1, CheckpointError, "'",
+                 (dir / "common.json").string(), "': global_batch_size must be >= 1; the file is damaged");
     if (out.common.contains("loom")) out.extra = out.common["loom"];
   } else {
     log::warn("checkpoint '", dir.string(), "' has no common.json: step, consumed samples and data position start at 0");

@@ -41,6 +41,7 @@ std::string format_log_line(const StepMetrics& m) {
 MetricsWriter::MetricsWriter(const std::string& jsonl_path, const std::string& tensorboard_dir, int tensorboard_interval)
     : tensorboard_interval_(std::max(1, tensorboard_interval)) {
   if (!jsonl_path.empty()) {
+    jsonl_path_ = jsonl_path;
     jsonl_.open(jsonl_path, std::ios::app);
     LOOM_CHECK(jsonl_.good(), IOError, "cannot open '", jsonl_path, "' for writing metrics");
   }
@@ -74,6 +75,10 @@ void MetricsWriter::write(const StepMetrics& m) {
     for (const auto& [k, v] : pending_) j[k] = number(v);
     jsonl_ << j.dump() << '\n';
     jsonl_.flush();
+    // A metrics file cut short (a full disk) would pass for a shorter run: stop instead.
+    LOOM_CHECK(jsonl_.good(), IOError, "cannot write '", jsonl_path_, "' at step ", m.step,
+               " (the disk may be full): free space or pass --output on another disk, then resume from the last "
+               "checkpoint");
   }
   pending_.clear();
   if (tensorboard_ && m.step % tensorboard_interval_ == 0) {

@@ -47,6 +47,7 @@ class MetricsWriter {
 
  private:
   std::ofstream jsonl_;
+  std::string jsonl_path_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   int tensorboard_interval_;
   std::map<std::string, double> pending_;

@@ -22,6 +22,7 @@
 #include "loom/train/builtin_callbacks.h"
 #include "loom/train/config_json.h"
 #include "loom/train/distributed.h"
+#include "loom/train/finite_state.h"
 #include "loom/train/hardware.h"
 #include "loom/train/muon_sharding.h"
 
@@ -76,9 +77,8 @@ Trainer::~Trainer() {
 
 void Trainer::build() {
   prepare_run_directory();
-  LOOM_CHECK(!config_.lora_config, ConfigError,
-             "lora_config: LoRA fine-tuning is not supported by Loom yet; remove the section to train all "
-             "parameters");
+  // Before anything is allocated: a bad callback entry stops the run as check-config reports it.
+  configured_callbacks_ = make_configured_callbacks(config_.callbacks);
   apply_thread_env();
   peak_gflops_ = peak_flops(num_threads()).gflops * options_.world_size;
   manual_seed(static_cast<uint64_t>(config_.training.seed));
@@ -94,6 +94,11 @@ void Trainer::build() {
   build_checkpointing();
   build_monitoring();
   if (!config_.checkpoint.load_path.empty()) resume(config_.checkpoint.load_path);
+  // Nothing to train would still save (and so rewrite) the checkpoint at the end: refuse instead.
+  LOOM_CHECK(state_.global_step < config_.training.steps || config_.checkpoint.load_path.empty(), ConfigError,
+             "checkpoint.load_path '", config_.checkpoint.load_path, "' resumes at step ", state_.global_step,
+             ", at or beyond training.steps = ", config_.training.steps, ": there is nothing left to train and "
+             "nothing was written; raise training.steps to train further");
   checkpoints_->prepare_async(checkpoint_contents());
   log::info("model: ", model_->module().num_parameters(), " parameters, ", model_->num_layers(), " layers; ",
             state_.num_accumulation_steps, " micro-batch", state_.num_accumulation_steps > 1 ? "es" : "",
@@ -218,11 +223,8 @@ void Trainer::build_monitoring() {
   profiler_->instrument(model_->module());
 
   callbacks_ = make_builtin_callbacks(*this);
-  register_builtin_callbacks();
-  for (size_t i = 0; i < config_.callbacks.size(); ++i) {
-    const auto& cb = config_.callbacks[i];
-    callbacks_.push_back(CallbackRegistry::instance().create(cb.type, cb.extras, "callbacks[" + std::to_string(i) + "]"));
-  }
+  for (auto& cb : configured_callbacks_) callbacks_.push_back(std::move(cb));
+  configured_callbacks_.clear();
 }
 
 // ---- Resume ----------------------------------------------------------------------------------
@@ -242,6 +244,8 @@ void Trainer::resume(const std::string& load_path) {
   // Whatever layout saved it (one process included): each rank reads the pieces it holds now.
   const LoadedCheckpoint ck = checkpoints_->load_state(load_path, load_optim);
   load_sharded(ck.dir, load_optim);
+  require_finite_state("checkpoint " + ck.dir + " cannot be resumed:", "it holds a diverged state; resume from an "
+                       "earlier iteration_* folder (set checkpoint.load_path to it)");
 
   // The reference: a changed global batch size rescales the step so the schedule position
   // follows the samples seen.
@@ -280,6 +284,16 @@ void Trainer::load_sharded(const std::string& dir, bool load_optim) {
   optimizer_->load_state_dict(opt);
 }
 
+void Trainer::require_finite_state(const std::string& what, const std::string& fix, bool with_optimizer_state) {
+  std::string local = first_non_finite(model_->module().local_parameters());
+  if (local.empty() && with_optimizer_state) {
+    local = first_non_finite(optimizer_->state_dict());
+    if (!local.empty()) local = "optimizer state " + local;
+  }
+  const std::string where = agreed_non_finite(local, mesh_->world());
+  LOOM_CHECK(where.empty(), Error, what, " ", where, " holds inf or nan; ", fix);
+}
+
 CheckpointContents Trainer::checkpoint_contents() {
   CheckpointContents c;
   c.iteration = state_.global_step;
@@ -302,6 +316,9 @@ CheckpointContents Trainer::checkpoint_contents() {
 
 void Trainer::save_checkpoint() {
   if (!config_.checkpoint.enable_save) return;
+  // Never saved, so never `latest`: a resume from it would train on nan.
+  require_finite_state("the checkpoint of step " + std::to_string(state_.global_step) + " was not saved:",
+                       "the previous checkpoint stays latest");
   checkpoints_->save(checkpoint_contents());
 }
 
@@ -330,6 +347,9 @@ int64_t Trainer::train_step(StepMetrics& m) {
     }
     LOOM_TRACE("step", "optimizer");
     m.lr = optimizer_->step();
+    require_finite_state("the update of step " + std::to_string(state_.global_step + 1) + " made", "stopped before "
+                         "anything was saved; lower lr_scheduler.learning_rate, raise optimizer.eps, or resume from "
+                         "an earlier checkpoint", /*with_optimizer_state=*/false);
   } else {
     optimizer_->set_global_step(optimizer_->global_step() + 1);  // the schedule still advances
   }
@@ -342,6 +362,7 @@ int64_t Trainer::train_step(StepMetrics& m) {
   }
   model_->after_optimizer_step();
   m.skipped = state_.consecutive_skips > 0;
+  if (m.skipped) ++skipped_updates_;
   m.loss = r.loss;
   m.grad_norm = grad_norm;
   m.extra = r.extras;
@@ -434,6 +455,9 @@ TrainSummary Trainer::train() {
     }
     if (state_.epoch != epoch_before) fire(&Callback::on_epoch_end);
     fire(&Callback::on_step_end, &m);
+    const std::string log_error = log::file_error();
+    LOOM_CHECK(log_error.empty(), IOError, log_error, " (at step ", state_.global_step, "); free space or pass --output "
+               "on another disk, then resume from the last checkpoint");
     if (state_.epoch != epoch_before) fire(&Callback::on_epoch_begin);
     profiler_->on_step_end(state_.global_step);
   }
@@ -444,6 +468,8 @@ TrainSummary Trainer::train() {
   checkpoints_->wait();
   metrics_->flush();
   summary.last_step = state_.global_step;
+  summary.steps_run = steps_this_run;
+  summary.skipped_updates = skipped_updates_;
   summary.mean_tokens_per_s = timed_steps ? tokens_per_s_sum / timed_steps : 0;
   summary.mean_mfu = timed_steps ? mfu_sum / timed_steps : 0;
   return summary;

@@ -62,6 +62,8 @@ struct TrainSummary {
   double mean_mfu = 0;
   std::string run_dir;
   bool interrupted = false;
+  int64_t steps_run = 0;        // steps this run took
+  int64_t skipped_updates = 0;  // of them, steps whose update was skipped (non-finite, above threshold)
 };
 
 class Trainer {
@@ -110,6 +112,10 @@ class Trainer {
   // monitor.health_checkpoint.global_norm_skip_threshold); the schedule position still advances.
   bool accept_update(double loss, double grad_norm);
   CheckpointContents checkpoint_contents();
+  // Error "<what> <tensor> holds inf or nan; <fix>" when a parameter or optimizer state of any
+  // rank is not finite (finite_state.h); every rank takes the same verdict. After an update only
+  // the parameters are read (a non-finite moment reaches them through the update itself).
+  void require_finite_state(const std::string& what, const std::string& fix, bool with_optimizer_state = true);
   void fire(void (Callback::*event)(CallbackContext&), StepMetrics* metrics = nullptr);
 
   config::TrainConfig config_;
@@ -126,12 +132,14 @@ class Trainer {
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<Profiler> profiler_;
   std::vector<std::unique_ptr<Callback>> callbacks_;
+  std::vector<std::unique_ptr<Callback>> configured_callbacks_;  // `callbacks:`, built first, run after the built-ins
   std::shared_ptr<void> memory_state_;  // keeps swap machinery alive
   std::shared_ptr<dist::DeviceMesh> mesh_;
   std::unique_ptr<dist::ParallelModel> parallel_;
   std::unique_ptr<Schedule> schedule_;
   std::shared_ptr<dist::ProcessGroup> checkpoint_group_;  // own communicator: async saves barrier off-thread
   double peak_gflops_ = 0;
+  int64_t skipped_updates_ = 0;
 };
 
 // True once SIGINT or SIGTERM arrived (the loop stops after the current step).

@@ -1,0 +1,73 @@
+// The start-up memory estimate: the bytes one rank needs for its parameters, gradients,
+// optimizer state and the activations of one micro-batch, from the model's own accounting
+// (models::count_parameters) and the memory policy (full recompute keeps a layer's input only),
+// summed over the ranks that share a host, against what the host can give. It is a lower bound
+// (temporaries, FSDP's gathered unit, allocator rounding and the runtime come on top), so a run
+// it refuses cannot fit; a run it passes may still be tight.
+//
+// Per rank, with P = parameters / (tensor_parallel · fsdp shards), b = bytes of params_dtype:
+//   parameters  P·b          gradients  P·b
+//   optimizer   P·8 (AdamW: two fp32 moments; Muon: one fp32 momentum and its AdamW moments,
+//               counted as AdamW) + P·4 for the fp32 master copy when params_dtype is not fp32
+//   activations per token of a micro-batch (local_batch_size · seq_length / context_parallel
+//               tokens), in bytes of compute_dtype, divided by tensor_parallel (sequence
+//               parallelism splits what TP does not): per layer 4·hidden + 2·(q + kv width) +
+//               MLP width + intermediate (MoE: num_experts_per_tok · 3 · moe_intermediate plus
+//               the shared experts); a fully recomputed or selectively recomputed layer keeps
+//               hidden only; plus the fp32 logits (vocab_size / tensor_parallel).
+// On this CPU build swapped activations stay in host memory, so swap does not lower the host sum.
+//
+// The host gives min(cgroup memory limit, MemAvailable); LOOM_MEMORY_LIMIT (bytes, or with a
+// K/M/G/T suffix, binary units) replaces both, and LOOM_MEMORY_LIMIT=off skips the check. The
+// run must fit in 90% of it (the rest is for the runtime, the data loader and the OS).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "loom/config/parallel_layout.h"
+#include "loom/config/sections.h"
+#include "loom/memory/policy.h"
+#include "loom/models/model_args.h"
+
+namespace loom::config {
+
+struct MemoryEstimate {
+  // Per rank.
+  std::int64_t parameter_bytes = 0;
+  std::int64_t gradient_bytes = 0;
+  std::int64_t optimizer_bytes = 0;
+  std::int64_t activation_bytes = 0;
+  int ranks_per_host = 1;
+
+  std::int64_t per_rank_bytes() const;
+  std::int64_t host_bytes() const;  // per_rank_bytes() · ranks_per_host
+};
+
+// Throws models::SizeOverflow naming the fields when a product of sizes does not fit 64 bits.
+MemoryEstimate estimate_memory(const TrainConfig& config, const models::ModelArgs& model, const ParallelLayout& layout,
+                               const memory::RecomputeOptions& recompute, std::int64_t seq_length, int ranks_per_host);
+
+// The ranks of this run on this host: OMPI_COMM_WORLD_LOCAL_SIZE (Open MPI) or MPI_LOCALNRANKS
+// (MPICH) under mpirun, else the world.
+int ranks_per_host(int world_size);
+
+struct HostMemory {
+  std::int64_t bytes = 0;
+  std::string source;  // "LOOM_MEMORY_LIMIT", "the cgroup limit (/sys/fs/cgroup/memory.max)", "MemAvailable"
+};
+inline constexpr double kUsableHostFraction = 0.9;
+// What this host gives a run; nullopt when LOOM_MEMORY_LIMIT=off or nothing can be read.
+// ConfigError when LOOM_MEMORY_LIMIT cannot be read as a size.
+std::optional<HostMemory> host_memory();
+
+// "" when `estimate` fits in kUsableHostFraction of `host`, else what does not fit: the numbers
+// per category, the host sum, the limit and the fixes that apply.
+std::string memory_fit_problem(const MemoryEstimate& estimate, const HostMemory& host, const TrainConfig& config,
+                               const models::ModelArgs& model, const memory::RecomputeOptions& recompute);
+
+// 1536 -> "1.5 KiB".
+std::string format_bytes(std::int64_t bytes);
+
+}  // namespace loom::config
