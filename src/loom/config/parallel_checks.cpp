@@ -160,12 +160,16 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
   // Valid by the spec, not trained by this build yet: the run stops at start-up, check-config
   // accepts the file and notes it.
   for (const auto& [field, value] : {std::pair<const char*, int>{"context_parallel", p.context_parallel},
-                                     {"pipeline_parallel", p.pipeline_parallel},
-                                     {"expert_parallel", p.expert_parallel}})
+                                     {"pipeline_parallel", p.pipeline_parallel}})
     if (value > 1)
       out.unsupported.emplace_back(P + field, P + field + ": is " + std::to_string(value) + ", but this build trains "
-                                   "data and tensor parallelism only (FSDP/HSDP through data_parallel_shard, and "
-                                   "tensor_parallel); set " + field + ": 1");
+                                   "data, tensor and expert parallelism only (FSDP/HSDP through data_parallel_shard, "
+                                   "tensor_parallel and expert_parallel); set " + field + ": 1");
+  if (p.expert_parallel > 1 && p.moe_token_dispatcher_type == "alltoall_deredundancy")
+    out.unsupported.emplace_back(P + "moe_token_dispatcher_type",
+                                 P + "moe_token_dispatcher_type: is 'alltoall_deredundancy', but this build dispatches "
+                                     "expert-parallel tokens with 'alltoall' only; set moe_token_dispatcher_type: "
+                                     "alltoall");
   out.degrees_valid = degrees_ok && shard_ok;
   if (degrees_ok) out.pipeline = plan_pipeline(p, known_size(model.num_layers), c, diag);
   return out;

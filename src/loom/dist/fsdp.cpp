@@ -83,9 +83,12 @@ std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr
   layer_config.reshard_after_forward = fsdp->reshard_after_forward_;
   layer_config.divide_gradients = !options.disable_gradient_division;
   layer_config.cpu_offload = options.cpu_offload;
+  layer_config.data_parallel_ranks = static_cast<double>(mesh->size("fsdp") * mesh->size("dp_replicate"));
   FsdpUnitConfig root_config = layer_config;
   root_config.is_root = true;
   root_config.reshard_after_forward = false;  // backward starts with the head: keep it gathered
+  FsdpUnitConfig expert_config = layer_config;
+  expert_config.shard_axis = "efsdp";
   auto shard_group = mesh->group_ptr("fsdp");
   auto replicate_group = mesh->group_ptr("dp_replicate");
 
@@ -104,8 +107,11 @@ std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr
   }
   auto root = std::make_shared<FsdpUnit>("(root)", root_config, shard_group, replicate_group);
 
-  // Each parameter goes to the deepest unit whose path prefixes it, else to the root.
+  // Each parameter goes to the deepest unit whose path prefixes it, else to the root. Routed
+  // experts split by expert parallelism (placed on "ep") go to an expert unit beside that unit,
+  // sharded over "efsdp" (expert_parallel.h); it gathers around the experts' own forward.
   std::map<FsdpUnit*, std::set<std::string>> owners;  // modules that own a unit's parameters
+  std::map<FsdpUnit*, std::shared_ptr<FsdpUnit>> expert_units;
   for (auto& [name, p] : model.named_parameters()) {
     FsdpUnit* best = nullptr;
     size_t best_len = 0;
@@ -116,18 +122,29 @@ std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr
         best_len = path.size();
       }
     FsdpUnit* unit = best ? best : root.get();
+    if (p->placement.on("ep")) {
+      std::shared_ptr<FsdpUnit>& experts = expert_units[unit];
+      if (!experts)
+        experts = std::make_shared<FsdpUnit>(unit->name() + " (experts)", expert_config, mesh->group_ptr("efsdp"),
+                                             replicate_group);
+      unit = experts.get();
+    }
     unit->add_param(name, p);
     owners[unit].insert(parent_path(name));
   }
-  for (auto& [path, u] : units)
+  auto keep = [&](const std::shared_ptr<FsdpUnit>& u) {
     if (!u->slots().empty()) fsdp->units_.push_back(u);
-  if (!root->slots().empty()) fsdp->units_.push_back(root);
+    if (auto it = expert_units.find(u.get()); it != expert_units.end()) fsdp->units_.push_back(it->second);
+  };
+  for (auto& [path, u] : units) keep(u);
+  keep(root);
 
   for (auto& unit : fsdp->units_) {
     unit->build();
     unit->register_grad_hooks();
     std::set<nn::Module*> wrapped;
-    if (!unit->config().is_root) wrapped.insert(unit_modules.at(unit->name()));
+    if (auto top = unit_modules.find(unit->name()); !unit->config().is_root && top != unit_modules.end())
+      wrapped.insert(top->second);  // a layer unit (an expert unit wraps its owners only)
     for (const std::string& owner : owners[unit.get()]) {
       nn::Module* m = model.find_module(owner);
       LOOM_ASSERT(m != nullptr, "owner module '", owner, "' not found");

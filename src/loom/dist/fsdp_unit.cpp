@@ -318,8 +318,7 @@ void FsdpUnit::reduce_grads() {
     shard_group_->reduce_scatter(send, reduced);
     if (replicate_group_) replicate_group_->all_reduce(reduced);
     if (config_.divide_gradients) {
-      const double world = static_cast<double>(n) * (replicate_group_ ? replicate_group_->size() : 1);
-      kernels::for_tensor(reduced, "fsdp gradient division").scale_(reduced, 1.0 / world);
+      kernels::for_tensor(reduced, "fsdp gradient division").scale_(reduced, 1.0 / config_.data_parallel_ranks);
     }
     if (!fresh) kernels::for_tensor(b.grad_flat, "fsdp gradient accumulation").add_(b.grad_flat, reduced, 1.0);
     for (size_t idx : b.slots) {

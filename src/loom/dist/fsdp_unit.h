@@ -44,6 +44,10 @@ struct FsdpUnitConfig {
   bool is_root = false;
   bool reshard_after_forward = true;  // never for the root
   bool divide_gradients = false;      // mean instead of sum
+  // The data-parallel ranks the mean divides by: dp_replicate·fsdp. The shard and replicate
+  // groups of an expert unit (efsdp) have other sizes, while its grads are a sum over the same
+  // data as the dense ones (expert_parallel.h).
+  double data_parallel_ranks = 1;
   bool cpu_offload = false;
   // The mesh axis the shard group spans, recorded in the parameters' placements (the group may
   // share the world's communicator and name when it spans every rank).
