@@ -16,7 +16,7 @@ layout; runs go through mpirun exactly as users start them.
            with the message (parallel_training.md "Parallelism Configuration Limitations").
 
   expert   expert parallelism on Qwen3-MoE and DeepSeek-V3: ep 2 and 4 with FSDP, efsdp, ep x tp
-           (ep <= tp and ep > tp); curves within 1e-5, and an ep 4 checkpoint resumed elsewhere.
+           (ep <= tp and ep > tp); curves within 1e-5, an ep 4 checkpoint resumed elsewhere, Muon.
 
 usage: parity_test.py --loom PATH --mpirun PATH --case curves|resume|launch|moe|tensor|muon|expert [--keep DIR]
 """
@@ -365,7 +365,8 @@ def expert(args, work):
     experts, groups, expert bias, sequence balance loss, MTP): ep 2 and 4 beside FSDP, ep 2 with
     efsdp 2, ep = tp, ep inside tp x fsdp and ep > tp; 20-step curves within 1e-5 of one process,
     step 1 within 1e-6 relative. A checkpoint saved at ep 4 (experts under their global indices)
-    resumes at one process and at tp 2 x ep 2 and continues the one-process curve."""
+    resumes at one process and at tp 2 x ep 2 and continues the one-process curve. Muon (both
+    comm_strategy values) at ep 4, ep 2 x efsdp 2 and ep 2 x tp 2 within the muon case's 1e-4."""
     ep = lambda e, t=1: "\n  expert_parallel: %d" % e + ("\n  tensor_parallel: %d" % t if t > 1 else "")
     layouts = [("ep2", 2, ep(2)), ("ep4", 4, ep(4)), ("ep2_efsdp2", 4, ep(2)), ("ep2_tp2", 2, ep(2, 2)),
                ("ep2_in_tp2_fsdp2", 4, ep(2, 2)), ("ep4_over_tp2", 4, ep(4, 2))]
@@ -396,6 +397,16 @@ def expert(args, work):
     got, _ = run(args, work, "resume_1_to_ep2", 2, load_path=os.path.join(ref_dir, "checkpoints", "iteration_00000010"),
                  parallel_extra=ep(2), model=DEEPSEEK_TP)
     compare("saved by 1, resumed by ep2", got, ref, 1e-5, first=11)
+    # Muon on the experts: each expert matrix is whole on its rank (ep and efsdp split the experts'
+    # dim), so Newton-Schulz runs where the expert lives; the sums differ in order from one
+    # process's, which Newton-Schulz amplifies (the muon case's tolerance).
+    for strategy in ("allgather", "allgather_deredundency"):
+        optimizer = MUON.format(threshold=MUON_FIRING_QK_CLIP, strategy=strategy)
+        ref, _ = run(args, work, "muon_%s_one_process" % strategy, 1, model=DEEPSEEK_TP, optimizer=optimizer)
+        for name, world, extra in (("ep4", 4, ep(4)), ("ep2_efsdp2", 4, ep(2)), ("ep2_tp2", 2, ep(2, 2))):
+            got, _ = run(args, work, "muon_%s_%s" % (strategy, name), world, parallel_extra=extra, model=DEEPSEEK_TP,
+                         optimizer=optimizer)
+            compare("deepseek_v3 Muon %s %s" % (strategy, name), got, ref, MUON_TOLERANCE)
 
 
 def launch(args, work):
