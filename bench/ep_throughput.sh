@@ -2,8 +2,9 @@
 # Expert parallelism on this machine, with bench_ep (the trainer's step through dist::parallelize)
 # on a small DeepSeek-V3 (size A's file turned into MLA + 8 routed experts, top-2 over 4 groups,
 # a shared expert, expert bias, sequence balance loss, MTP):
-#   1. tokens/s: 1 process against 2 processes at ep 2 (FSDP 2 for the dense weights), one
-#      thread each, alternating, ROUNDS times, best of each (the machine is shared);
+#   1. tokens/s: 1 process against 2 processes at ep 1 (FSDP 2, every expert on both ranks) and
+#      at ep 2 (FSDP 2 for the dense weights), one thread each, alternating, ROUNDS times, best of
+#      each (the machine is shared: compare within one run);
 #   2. all-to-all bytes sent per step on the ep group against the routed volume, forward and
 #      backward, the per-rank load imbalance and the routed-expert state against one process's / ep,
 #      at each of EP (4 processes on 2 cores: fine for bytes, not for speed).
@@ -40,16 +41,18 @@ bench() {  # processes, global batch, bench_ep arguments...: prints the RESULT j
 field() { $PY -c "import json,sys; print(json.loads(sys.argv[1])$2)" "$1"; }
 
 if [[ " $PARTS " == *" speed "* ]]; then
-  best1=0; best2=0
+  declare -A best=([1x1]=0 [2x1]=0 [2x2]=0)  # processes x ep
   for round in $(seq 1 "$ROUNDS"); do
-    for np in 1 2; do
-      line=$(bench "$np" 8 --ep "$np" --steps "$STEPS" --warmup 1)
-      echo "speed round $round, $np process(es): $line"
-      tps=$(field "$line" "['tokens_per_s']")
-      if [ "$np" = 1 ]; then best1=$($PY -c "print(max($best1, $tps))"); else best2=$($PY -c "print(max($best2, $tps))"); fi
+    for run in 1x1 2x1 2x2; do
+      np=${run%x*} ep=${run#*x}
+      line=$(bench "$np" 8 --ep "$ep" --steps "$STEPS" --warmup 1)
+      echo "speed round $round, $np process(es), ep $ep: $line"
+      best[$run]=$($PY -c "import json,sys; print(max(float(sys.argv[1]), json.loads(sys.argv[2])['tokens_per_s']))" \
+                   "${best[$run]}" "$line")
     done
   done
-  $PY -c "import sys; a, b = map(float, sys.argv[1:]); print('best tokens/s, small DeepSeek-V3: 1 process %.0f, 2 processes at ep 2 %.0f: %.2fx' % (a, b, b / a))" "$best1" "$best2"
+  $PY -c "import sys; a, b, c = map(float, sys.argv[1:]); print('best tokens/s, small DeepSeek-V3: 1 process %.0f; 2 processes: FSDP 2 (ep 1) %.0f (%.2fx), ep 2 %.0f (%.2fx)' % (a, b, b / a, c, c / a))" \
+    "${best[1x1]}" "${best[2x1]}" "${best[2x2]}"
 fi
 
 if [[ " $PARTS " == *" bytes "* ]]; then

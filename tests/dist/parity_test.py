@@ -363,19 +363,22 @@ def tensor(args, work):
 def expert(args, work):
     """Expert parallelism (dist/expert_parallel.h) on Qwen3-MoE and DeepSeek-V3 (MLA, shared
     experts, groups, expert bias, sequence balance loss, MTP): ep 2 and 4 beside FSDP, ep 2 with
-    efsdp 2, ep = tp, ep inside tp x fsdp and ep > tp; 20-step curves within 1e-5 of one process,
+    efsdp 2, ep = tp, ep inside tp x fsdp, ep > tp, and ep 2 (alone and with tp 2 x fsdp 2) under
+    full recompute (the dispatch runs again in backward); 20-step curves within 1e-5 of one process,
     step 1 within 1e-6 relative. A checkpoint saved at ep 4 (experts under their global indices)
     resumes at one process and at tp 2 x ep 2 and continues the one-process curve. Muon (both
     comm_strategy values) at ep 4, ep 2 x efsdp 2 and ep 2 x tp 2 within the muon case's 1e-4."""
     ep = lambda e, t=1: "\n  expert_parallel: %d" % e + ("\n  tensor_parallel: %d" % t if t > 1 else "")
-    layouts = [("ep2", 2, ep(2)), ("ep4", 4, ep(4)), ("ep2_efsdp2", 4, ep(2)), ("ep2_tp2", 2, ep(2, 2)),
-               ("ep2_in_tp2_fsdp2", 4, ep(2, 2)), ("ep4_over_tp2", 4, ep(4, 2))]
+    recompute = 'recompute:\n  mode: full\n  full_recompute_layer: ["0-1"]\n'  # the decoder layers
+    layouts = [("ep2", 2, ep(2), ""), ("ep4", 4, ep(4), ""), ("ep2_efsdp2", 4, ep(2), ""), ("ep2_tp2", 2, ep(2, 2), ""),
+               ("ep2_in_tp2_fsdp2", 4, ep(2, 2), ""), ("ep4_over_tp2", 4, ep(4, 2), ""),
+               ("ep2_full_recompute", 2, ep(2), recompute), ("ep2_tp2_full_recompute", 4, ep(2, 2), recompute)]
     for arch, model in (("qwen3_moe", QWEN3_MOE_TP), ("deepseek_v3", DEEPSEEK_TP)):
         ref, ref_dir = run(args, work, arch + "_one_process", 1, model=model, save=arch == "deepseek_v3")
-        for name, world, extra in layouts:
-            if arch == "qwen3_moe" and name in ("ep2_efsdp2", "ep2_in_tp2_fsdp2"):
+        for name, world, extra, sections in layouts:
+            if arch == "qwen3_moe" and name in ("ep2_efsdp2", "ep2_in_tp2_fsdp2", "ep2_tp2_full_recompute"):
                 continue  # 2 cores: the DeepSeek-V3 runs cover these layouts
-            got, _ = run(args, work, "%s_%s" % (arch, name), world, parallel_extra=extra, model=model)
+            got, _ = run(args, work, "%s_%s" % (arch, name), world, parallel_extra=extra, model=model, sections=sections)
             rel = abs(got[1] - ref[1]) / abs(ref[1])
             if rel > 1e-6:
                 raise SystemExit("FAIL: %s %s step-1 loss %.17g vs one process %.17g" % (arch, name, got[1], ref[1]))

@@ -13,8 +13,9 @@
 // only. Every such rank routes different tokens (sequence parallelism gives each tp rank its
 // own), so the other axis of the sparse mesh [pp, dp_replicate, efsdp, ep], efsdp =
 // dp_shard·cp·tp/ep, holds the ranks whose copies of the same experts saw other tokens: FSDP
-// shards the expert weights over "efsdp" (fsdp.h, one unit of their own beside their layer's)
-// and reduces their grads there, while dense weights shard over "fsdp" as before. Tensor
+// shards the expert weights over "efsdp" (fsdp.h: buckets of their own in their layer's unit,
+// gathered with it) and reduces their grads there, while dense weights shard over "fsdp" as
+// before. Tensor
 // parallelism leaves routed experts alone under EP (their grads are not partial over tp: they
 // are summed by the all-to-all's backward and then over efsdp).
 //

@@ -87,8 +87,6 @@ std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr
   FsdpUnitConfig root_config = layer_config;
   root_config.is_root = true;
   root_config.reshard_after_forward = false;  // backward starts with the head: keep it gathered
-  FsdpUnitConfig expert_config = layer_config;
-  expert_config.shard_axis = "efsdp";
   auto shard_group = mesh->group_ptr("fsdp");
   auto replicate_group = mesh->group_ptr("dp_replicate");
 
@@ -108,10 +106,10 @@ std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr
   auto root = std::make_shared<FsdpUnit>("(root)", root_config, shard_group, replicate_group);
 
   // Each parameter goes to the deepest unit whose path prefixes it, else to the root. Routed
-  // experts split by expert parallelism (placed on "ep") go to an expert unit beside that unit,
-  // sharded over "efsdp" (expert_parallel.h); it gathers around the experts' own forward.
+  // experts split by expert parallelism (placed on "ep") go to buckets of their own in that unit,
+  // sharded over "efsdp" (expert_parallel.h).
+  const FsdpShardGroup expert_group{mesh->group_ptr("efsdp"), "efsdp"};
   std::map<FsdpUnit*, std::set<std::string>> owners;  // modules that own a unit's parameters
-  std::map<FsdpUnit*, std::shared_ptr<FsdpUnit>> expert_units;
   for (auto& [name, p] : model.named_parameters()) {
     FsdpUnit* best = nullptr;
     size_t best_len = 0;
@@ -122,29 +120,19 @@ std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr
         best_len = path.size();
       }
     FsdpUnit* unit = best ? best : root.get();
-    if (p->placement.on("ep")) {
-      std::shared_ptr<FsdpUnit>& experts = expert_units[unit];
-      if (!experts)
-        experts = std::make_shared<FsdpUnit>(unit->name() + " (experts)", expert_config, mesh->group_ptr("efsdp"),
-                                             replicate_group);
-      unit = experts.get();
-    }
-    unit->add_param(name, p);
+    if (p->placement.on("ep")) unit->add_param(name, p, expert_group);
+    else unit->add_param(name, p);
     owners[unit].insert(parent_path(name));
   }
-  auto keep = [&](const std::shared_ptr<FsdpUnit>& u) {
+  for (auto& [path, u] : units)
     if (!u->slots().empty()) fsdp->units_.push_back(u);
-    if (auto it = expert_units.find(u.get()); it != expert_units.end()) fsdp->units_.push_back(it->second);
-  };
-  for (auto& [path, u] : units) keep(u);
-  keep(root);
+  if (!root->slots().empty()) fsdp->units_.push_back(root);
 
   for (auto& unit : fsdp->units_) {
     unit->build();
     unit->register_grad_hooks();
     std::set<nn::Module*> wrapped;
-    if (auto top = unit_modules.find(unit->name()); !unit->config().is_root && top != unit_modules.end())
-      wrapped.insert(top->second);  // a layer unit (an expert unit wraps its owners only)
+    if (!unit->config().is_root) wrapped.insert(unit_modules.at(unit->name()));
     for (const std::string& owner : owners[unit.get()]) {
       nn::Module* m = model.find_module(owner);
       LOOM_ASSERT(m != nullptr, "owner module '", owner, "' not found");
