@@ -9,8 +9,10 @@
 #include <cmath>
 
 #include "../dist_test_util.h"
+#include "loom/dist/expert_parallel.h"
 #include "loom/dist/parallelize.h"
 #include "loom/dist/runtime.h"
+#include "loom/ops/reduce.h"
 #include "loom/optim/grad_norm.h"
 
 namespace loom::dist {
@@ -155,6 +157,54 @@ TEST(ExpertParallelMpi, InsideAndAcrossTensorParallel) {
     if (n == 4) {
       check_step(a.section(), 2, 4, 1);  // ep < tp: efsdp 2 with no dense fsdp
       check_step(a.section(), 4, 2, 1);  // ep > tp: across two tp groups, fsdp 2
+    }
+  }
+}
+
+// The dispatcher alone, with routing that sends every token copy to the experts of ep rank 0:
+// the other ranks receive no rows (their experts run on empty inputs and get zero grads), and
+// every rank's output and input grads are those of one process computing its tokens.
+TEST(ExpertParallelMpi, RanksThatReceiveNoTokens) {
+  const int n = Runtime::get()->world_size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
+  auto mesh = mesh_for(n, 1);
+  const Json section = ep_qwen3_moe();
+  models::BuiltModel plain = models::build_model(section), split = models::build_model(section);
+  plain.model->materialize(17);
+  split.model->materialize(17);
+  ASSERT_EQ(apply_expert_parallel(*split.model, *mesh), 2);
+  const int64_t T = 6, D = 16, K = 2, L = 8 / n;
+  std::vector<float> xs;
+  for (int64_t i = 0; i < T * D; ++i) xs.push_back(static_cast<float>(std::sin(0.37 * static_cast<double>(i + 101 * mesh->rank()))));
+  std::vector<int64_t> ids;
+  for (int64_t t = 0; t < T; ++t) ids.insert(ids.end(), {t % L, (t + 1) % L});  // experts of ep rank 0 only
+  const Tensor indices = Tensor::from_vector(ids, {T, K});
+  const Tensor weights = Tensor::from_vector(std::vector<float>{0.7f, 0.3f, 0.6f, 0.4f, 0.5f, 0.5f, 0.9f, 0.1f,
+                                                                0.2f, 0.8f, 0.55f, 0.45f}, {T, K});
+  struct Result {
+    Tensor y, dx;
+  };
+  auto run = [&](nn::MoELayer& moe) {
+    Tensor x = Tensor::from_vector(xs, {T, D});
+    x.set_requires_grad(true);
+    nn::DispatchedTokens d = moe.token_dispatcher().dispatch(x, indices, weights);
+    Tensor y = moe.token_dispatcher().combine(moe.experts().forward(d.tokens, d.tokens_per_expert), d.combine_state);
+    autograd::backward(ops::sum(ops::mul(y, y)));
+    return Result{y.detach(), x.grad()};
+  };
+  nn::MoELayer& ep_moe = *split.model->moe_layers()[0];
+  nn::MoELayer& one_moe = *plain.model->moe_layers()[0];
+  const Result got = run(ep_moe), want = run(one_moe);
+  expect_close(got.y, want.y, 1e-6, "y");
+  expect_close(got.dx, want.dx, 1e-6, "dx");
+  // Expert grads: every rank's tokens, summed; ep ranks other than 0 saw none.
+  for (nn::Parameter* p : {&one_moe.experts().weight1(), &one_moe.experts().weight2()}) {
+    Tensor sum = p->tensor.grad().contiguous().clone();
+    mesh->world().all_reduce(sum);
+    const nn::Parameter& mine = p == &one_moe.experts().weight1() ? ep_moe.experts().weight1() : ep_moe.experts().weight2();
+    expect_close(mine.tensor.grad(), local_of(sum, mine), 1e-5, "expert grad");
+    if (mesh->group("ep").rank() != 0) {
+      for (double g : mine.tensor.grad().to_double_vector()) ASSERT_EQ(g, 0.0);
     }
   }
 }
