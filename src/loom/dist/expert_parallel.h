@@ -66,7 +66,7 @@ namespace loom::dist {
 // materialised: values are kept) over the mesh's "ep" group and wraps their token dispatchers.
 // Apply it after tensor parallelism and before the memory policy and FSDP (DESIGN.md order).
 // The configuration checks that ep divides dp_shard·cp·tp and the number of routed experts;
-// ShapeError naming the layer otherwise. Returns the number of MoE layers split (0 for a dense
+// ShapeError with both numbers otherwise. Returns the number of MoE layers split (0 for a dense
 // model: nothing to do).
 int apply_expert_parallel(nn::Module& model, DeviceMesh& mesh);
 
