@@ -18,7 +18,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -31,6 +30,7 @@
 #include "loom/core/rng.h"
 #include "loom/dist/runtime.h"
 #include "loom/ops/linear.h"
+#include "loom/train/hardware.h"
 
 #ifdef LOOM_HAVE_MPI
 #define OMPI_SKIP_MPICXX 1
@@ -43,13 +43,6 @@ using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
 
 std::string mpi_library() {
 #ifdef LOOM_HAVE_MPI
@@ -130,7 +123,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   LOOM_CHECK(n >= 2, ValueError, "bench_comm_overlap needs at least 2 ranks (mpirun -np 2 ...)");
   const unsigned cores = std::thread::hardware_concurrency();
   if (rt.rank() == 0) {
-    std::printf("cpu: %s (%u logical cores)\n", cpu_model().c_str(), cores);
+    std::printf("cpu: %s (%u logical cores)\n", train::cpu_model_name().c_str(), cores);
     std::printf("mpi: %s; %s\n", mpi_library().c_str(), transport().c_str());
     std::printf("ranks: %d, compute threads per rank: %d, GEMM on %s, reps: %d (median of the slowest rank)\n", n,
                 num_threads(), gemm_on_every_rank ? "every rank" : "rank 0 only", reps);

@@ -161,6 +161,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     optimizer->step();
     for (Tensor& counts : model->data_parallel_sums()) {
       mesh->group("batch").all_reduce(counts);
+      mesh->group("cp").all_reduce(counts);
       mesh->group("tp").all_reduce(counts);
     }
     model->after_optimizer_step();

@@ -25,7 +25,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -46,6 +45,7 @@
 #include "loom/train/causal_lm_model.h"
 #include "loom/train/config_json.h"
 #include "loom/train/distributed.h"
+#include "loom/train/hardware.h"
 #include "loom/train/schedule.h"
 #include "tp_volume.h"
 
@@ -53,13 +53,6 @@ using namespace loom;
 using Json = nlohmann::ordered_json;
 
 namespace {
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
 
 // Random tokens for batch `index`; the tp ranks of a data shard pass the same index.
 data::Batch random_batch(int64_t vocab, int64_t B, int64_t S, uint64_t index) {
@@ -247,7 +240,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     print_sites(sites);
     Json r = {{"config", config_path},
               {"model_type", args.model_type},
-              {"cpu", cpu_model()},
+              {"cpu", train::cpu_model_name()},
               {"processes", rt.world_size()},
               {"threads_per_process", num_threads()},
               {"tp", t},

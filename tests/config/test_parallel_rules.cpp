@@ -264,3 +264,31 @@ TEST(ParallelRules, ProfilerRanksOutsideTheWorldWarn) {
                 .find("profiler.profiler_rank[1]: rank 9 does not exist in a world of 8 ranks"),
             std::string::npos);
 }
+
+// Context parallelism as Loom trains it (dist/context_parallel.h): the load-balanced split needs
+// 2·cp chunks, MTP is not trained under CP, and Ulysses splits the heads per tensor-parallel rank
+// with or without async.
+TEST(ParallelLimits, ContextParallelLoomRules) {
+  const std::string model = "model:\n  model_type: x\n  use_attn_mask_compression: true\n  num_attention_heads: 8\n";
+  const std::string cp2 = "parallelism:\n  context_parallel: 2\n";
+  EXPECT_NE(errors(cp2 + model + "  seq_length: 66\n").find("seq_length 66 must be divisible by 2 * context_parallel (4)"),
+            std::string::npos);
+  EXPECT_EQ(errors(cp2 + "  context_parallel_load_balance: false\n" + model + "  seq_length: 66\n"), "");
+  EXPECT_EQ(errors(cp2 + model + "  seq_length: 64\n"), "");
+  EXPECT_NE(errors(cp2 + model + "  mtp_num_layers: 1\n").find("multi-token prediction (model.mtp_num_layers 1) is not "
+                                                                 "trained with context parallelism yet"),
+            std::string::npos);
+  const std::string ulysses = "parallelism:\n  context_parallel: 4\n  context_parallel_method: ulysses\n";
+  const std::string six = "model:\n  model_type: x\n  use_attn_mask_compression: true\n  num_attention_heads: 6\n";
+  EXPECT_NE(errors(ulysses + six).find("'ulysses' requires the attention heads per tensor-parallel rank "
+                                       "(model.num_attention_heads 6 / tensor_parallel 1) to be divisible by the "
+                                       "ulysses degree 4"),
+            std::string::npos);
+  EXPECT_NE(errors(ulysses + model + "  num_key_value_heads: 3\n").find("'ulysses' requires the KV heads per "
+                                                                          "tensor-parallel rank (3) and the ulysses "
+                                                                          "degree 4 to divide one another"),
+            std::string::npos);
+  EXPECT_EQ(errors(ulysses + model + "  num_key_value_heads: 2\n"), "");  // 2 KV heads repeated for 4 ranks
+  EXPECT_NE(warnings(cp2 + "  context_parallel_async: true\n" + model).find("context_parallel_async: has no effect"),
+            std::string::npos);
+}

@@ -12,13 +12,17 @@ layout; runs go through mpirun exactly as users start them.
   muon     the same model trained by Muon, with comm_strategy allgather and allgather_deredundency:
            FSDP 4 with QK-clip firing every step reproduces the one-process curve bit for bit; FSDP 2,
            HSDP 2x2, TP 2 and TP 2 x FSDP 2 follow it within 1e-4.
+  context  context parallelism: the ring (colossal) at cp 2 and 4, cp x fsdp, cp x tp, load-balanced
+           and contiguous splits, Ulysses at 2 and 4 (4 > the 2 KV heads: repeated), hybrid 4 (u = 2), plain and
+           EOD-packed data (reset_position_ids/reset_attention_mask,
+           compressed EOD mask): step 1 within 1e-6 relative, 20-step curves within 1e-5; a cp 2
+           checkpoint resumed at cp 1 and cp 4.
   launch   `loom launch -n 2 -- train ...` trains like mpirun; layout errors end every rank quickly
            with the message (parallel_training.md "Parallelism Configuration Limitations").
-
   expert   expert parallelism on Qwen3-MoE and DeepSeek-V3: ep 2 and 4 with FSDP, efsdp, ep x tp
            (ep <= tp and ep > tp); curves within 1e-5, an ep 4 checkpoint resumed elsewhere, Muon.
 
-usage: parity_test.py --loom PATH --mpirun PATH --case curves|resume|launch|moe|tensor|muon|expert [--keep DIR]
+usage: parity_test.py --loom PATH --mpirun PATH --case curves|resume|launch|moe|tensor|muon|context|expert [--keep DIR]
 """
 import argparse
 import json
@@ -364,7 +368,8 @@ def expert(args, work):
     """Expert parallelism (dist/expert_parallel.h) on Qwen3-MoE and DeepSeek-V3 (MLA, shared
     experts, groups, expert bias, sequence balance loss, MTP): ep 2 and 4 beside FSDP, ep 2 with
     efsdp 2, ep = tp, ep inside tp x fsdp, ep > tp, and ep 2 (alone and with tp 2 x fsdp 2) under
-    full recompute (the dispatch runs again in backward); 20-step curves within 1e-5 of one process,
+    full recompute (the dispatch runs again in backward), cp 2 x ep 2 and cp 2 x ep 4; 20-step
+    curves within 1e-5 of one process,
     step 1 within 1e-6 relative. A checkpoint saved at ep 4 (experts under their global indices)
     resumes at one process and at tp 2 x ep 2 and continues the one-process curve. Muon (both
     comm_strategy values) at ep 4, ep 2 x efsdp 2 and ep 2 x tp 2 within the muon case's 1e-4."""
@@ -383,6 +388,15 @@ def expert(args, work):
             if rel > 1e-6:
                 raise SystemExit("FAIL: %s %s step-1 loss %.17g vs one process %.17g" % (arch, name, got[1], ref[1]))
             compare("%s %s" % (arch, name), got, ref, 1e-5)
+    # With context parallelism (no MTP: Qwen3-MoE with a compressed mask): ep spans cp ranks too.
+    cp_model = QWEN3_MOE_TP + "  use_attn_mask_compression: True\n"
+    cp_ref, _ = run(args, work, "qwen3_moe_cp_one_process", 1, model=cp_model)
+    for name, world, extra in (("cp2_ep2", 2, "\n  context_parallel: 2" + ep(2)),
+                               ("cp2_ep4_fsdp2", 4, "\n  context_parallel: 2" + ep(4))):
+        got, _ = run(args, work, "qwen3_moe_" + name, world, parallel_extra=extra, model=cp_model)
+        if abs(got[1] - cp_ref[1]) > 1e-6 * abs(cp_ref[1]):
+            raise SystemExit("FAIL: qwen3_moe %s step-1 loss %.17g vs one process %.17g" % (name, got[1], cp_ref[1]))
+        compare("qwen3_moe " + name, got, cp_ref, 1e-5)
     saved, saved_dir = run(args, work, "deepseek_v3_ep4_saving", 4, save=True, parallel_extra=ep(4), model=DEEPSEEK_TP)
     compare("deepseek_v3 ep4 (saving)", saved, ref, 1e-5)
     ckpt = os.path.join(saved_dir, "checkpoints", "iteration_00000010")
@@ -410,6 +424,111 @@ def expert(args, work):
             got, _ = run(args, work, "muon_%s_%s" % (strategy, name), world, parallel_extra=extra, model=DEEPSEEK_TP,
                          optimizer=optimizer)
             compare("deepseek_v3 Muon %s %s" % (strategy, name), got, ref, MUON_TOLERANCE)
+
+
+def write_packed_data(prefix, vocab=96, eod=95, num_tokens=60000):
+    """Documents of 3..20 tokens, each ending with the EOD token, packed into one stream: every
+    sample of 32 tokens holds several (semantics.md §5.4)."""
+    import numpy as np
+    rng = np.random.RandomState(11)
+    tokens = []
+    while len(tokens) < num_tokens:
+        start, length = rng.randint(0, eod), rng.randint(3, 20)
+        tokens.extend(list((start + np.arange(length - 1)) % eod) + [eod])
+    tokens = np.array(tokens[:num_tokens], dtype=np.uint16)
+    lengths = [512] * (num_tokens // 512)
+    tokens = tokens[:sum(lengths)]
+    with open(prefix + ".bin", "wb") as f:
+        f.write(tokens.tobytes())
+    pointers = np.concatenate([[0], np.cumsum(np.array(lengths[:-1], dtype=np.int64) * 2)]).astype(np.int64)
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00")
+        f.write(struct.pack("<Q", 1))
+        f.write(struct.pack("<B", 8))  # uint16
+        f.write(struct.pack("<Q", len(lengths)))
+        f.write(struct.pack("<Q", len(lengths) + 1))
+        f.write(np.array(lengths, dtype=np.int32).tobytes())
+        f.write(pointers.tobytes())
+        f.write(np.arange(len(lengths) + 1, dtype=np.int64).tobytes())
+
+
+PACKED_DATASET = """      create_attention_mask: False
+      reset_position_ids: True
+      reset_attention_mask: True
+      create_compressed_eod_mask: True
+      eod_pad_length: 16
+      eod: 95
+"""
+
+
+def context(args, work):
+    """Context parallelism (dist/context_parallel.h): the ring at cp 2 and 4, inside FSDP and with
+    TP, both splits, Ulysses at 2 and 4, hybrid at 4 (u = 2), plain data (use_attn_mask_compression) and EOD-packed data. The loss is a token
+    sum over the cp ranks, so step 1 matches one process within 1e-6 relative (the block merge and
+    the split sums round differently: not bitwise) and the curves within 1e-5."""
+    write_packed_data(os.path.join(work, "packed"))
+    plain_model = LLAMA + "  use_attn_mask_compression: True\n"
+
+    def run_cp(name, world, extra, packed, **kw):
+        config, run_dir = write_config(work, name, parallel_extra=extra, model=plain_model, **kw)
+        if packed:
+            with open(config) as f:
+                text = f.read()
+            text = text.replace(os.path.join(work, "data"), os.path.join(work, "packed"))
+            text = text.replace("      create_attention_mask: False\n", PACKED_DATASET)
+            with open(config, "w") as f:
+                f.write(text)
+        cmd = [args.loom, "train", "--config", config, "--output", run_dir]
+        if world > 1:
+            cmd = [args.mpirun, "-np", str(world)] + MPI_FLAGS + cmd
+        t0 = time.time()
+        p = subprocess.run(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
+        if p.returncode != 0:
+            print(p.stdout)
+            raise SystemExit("FAIL: %s exited with %d" % (name, p.returncode))
+        losses = {}
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            for line in f:
+                row = json.loads(line)
+                losses[row["step"]] = row["loss"]
+                GRAD_NORMS[(name, row["step"])] = row["grad_norm"]
+        print("%-24s %d process(es) %5.1fs  first loss %.9f  last %.9f" % (name, world, time.time() - t0,
+                                                                              losses[min(losses)], losses[max(losses)]))
+        return losses, run_dir
+
+    contiguous = "\n  context_parallel_load_balance: False"
+    layouts = [("cp2", 2, "\n  context_parallel: 2"), ("cp4", 4, "\n  context_parallel: 4"),
+               ("cp2_contiguous", 2, "\n  context_parallel: 2" + contiguous),
+               ("cp4_contiguous", 4, "\n  context_parallel: 4" + contiguous),
+               ("cp2_fsdp2", 4, "\n  context_parallel: 2"),
+               ("cp2_tp2", 4, "\n  context_parallel: 2\n  tensor_parallel: 2"),
+               ("ulysses2", 2, "\n  context_parallel: 2\n  context_parallel_method: ulysses"),
+               ("ulysses4", 4, "\n  context_parallel: 4\n  context_parallel_method: ulysses"),
+               ("hybrid4", 4, "\n  context_parallel: 4\n  context_parallel_method: hybrid\n  ulysses_degree_in_cp: 2")]
+    for packed in (False, True):
+        data = "packed" if packed else "plain"
+        ref, _ = run_cp("context_%s_one_process" % data, 1, "", packed)
+        for name, world, extra in layouts:
+            if packed and name in ("cp4_contiguous",):
+                continue  # 4 processes on 2 cores: the contiguous split is covered at cp 2
+            run_name = "context_%s_%s" % (data, name)
+            got, _ = run_cp(run_name, world, extra, packed)
+            rel = abs(got[1] - ref[1]) / abs(ref[1])
+            if rel > 1e-6:
+                raise SystemExit("FAIL: %s step-1 loss %.17g vs one process %.17g" % (run_name, got[1], ref[1]))
+            g, r = GRAD_NORMS[(run_name, 1)], GRAD_NORMS[("context_%s_one_process" % data, 1)]
+            if abs(g - r) > 1e-6 * r:
+                raise SystemExit("FAIL: %s step-1 grad norm %.17g vs one process %.17g" % (run_name, g, r))
+            compare("%s data %s" % (data, name), got, ref, 1e-5)
+    # Parameters are sharded over dp_shard x cp: a cp 2 checkpoint reshards to cp 1 and cp 4.
+    ref, _ = run_cp("context_reference", 1, "", False)
+    saved, saved_dir = run_cp("context_cp2_saving", 2, "\n  context_parallel: 2", False, save=True)
+    compare("cp2 (saving)", saved, ref, 1e-5)
+    ckpt = os.path.join(saved_dir, "checkpoints", "iteration_00000010")
+    got, _ = run_cp("resume_cp2_to_1", 1, "", False, load_path=ckpt)
+    compare("saved by cp2, resumed by 1", got, ref, 1e-5, first=11)
+    got, _ = run_cp("resume_cp2_to_cp4", 4, "\n  context_parallel: 4", False, load_path=ckpt)
+    compare("saved by cp2, resumed by cp4", got, ref, 1e-5, first=11)
 
 
 def launch(args, work):
@@ -453,7 +572,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--loom", required=True)
     ap.add_argument("--mpirun", default="mpirun")
-    ap.add_argument("--case", choices=["curves", "resume", "launch", "moe", "tensor", "muon", "expert"], required=True)
+    ap.add_argument("--case", choices=["curves", "resume", "launch", "moe", "tensor", "muon", "context", "expert"],
+                    required=True)
     ap.add_argument("--keep", default="")
     args = ap.parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="loom-parity-")
@@ -461,7 +581,7 @@ def main():
     try:
         write_data(os.path.join(work, "data"))
         {"curves": curves, "resume": resume, "launch": launch, "moe": moe, "tensor": tensor, "muon": muon,
-         "expert": expert}[args.case](args, work)
+         "context": context, "expert": expert}[args.case](args, work)
         print("PASS")
     finally:
         if not args.keep:

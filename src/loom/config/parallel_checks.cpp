@@ -76,6 +76,27 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
   const auto heads = known_size(model.num_attention_heads);
   const auto seq_length = model.seq_length > 0 ? known_size(model.seq_length) : known_size(data.seq_length);
   const int cp = p.context_parallel;
+  // Loom's all-to-all splits the heads with or without async (dist/context_parallel.h), each tp
+  // rank's H/tp; fewer KV heads than the degree are repeated.
+  auto ulysses_heads = [&](int u) {
+    const int tp = p.tensor_parallel;
+    const std::string method = "'" + p.context_parallel_method + "'";
+    if (!p.context_parallel_async && heads && tp >= 1 && *heads % (static_cast<int64_t>(tp) * u) != 0)
+      diag.error(P + "context_parallel_method", method + " requires the attention heads per tensor-parallel rank "
+                                                "(model.num_attention_heads " + std::to_string(*heads) + " / "
+                                                "tensor_parallel " + std::to_string(tp) + ") to be divisible by the "
+                                                "ulysses degree " + std::to_string(u) + ": the all-to-all splits "
+                                                "the heads; use 'colossal' or change the degree");
+    const auto kv = model.multi_latent_attention ? heads : known_size(model.num_key_value_heads);
+    if (kv && tp >= 1 && (*kv >= tp || tp % *kv != 0)) {
+      const int64_t local_kv = std::max<int64_t>(*kv / tp, 1);
+      if (local_kv % u != 0 && u % local_kv != 0)
+        diag.error(P + "context_parallel_method", method + " requires the KV heads per tensor-parallel rank (" +
+                                                      std::to_string(local_kv) + ") and the ulysses degree " +
+                                                      std::to_string(u) + " to divide one another (fewer KV heads "
+                                                      "than the degree are repeated)");
+    }
+  };
   if (cp > 1) {
     if (p.context_parallel_method == "ulysses") {
       if (p.ulysses_degree_in_cp && *p.ulysses_degree_in_cp != cp)
@@ -89,6 +110,7 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
                                                  "ulysses_degree == 0, got model.num_attention_heads " +
                                                      std::to_string(*heads) + " and ulysses degree " +
                                                      std::to_string(u));
+      ulysses_heads(u);
     } else if (p.context_parallel_method == "hybrid") {
       if (!p.ulysses_degree_in_cp)
         diag.error(P + "ulysses_degree_in_cp", "context_parallel_method 'hybrid' requires ulysses_degree_in_cp with "
@@ -99,6 +121,8 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
                                                "context_parallel and context_parallel % ulysses_degree_in_cp == 0, got "
                                                "ulysses_degree_in_cp " + std::to_string(u) + " with context_parallel " +
                                                    std::to_string(cp));
+      else
+        ulysses_heads(*p.ulysses_degree_in_cp);
     }
     if (p.context_parallel_mask_type != "causal")
       diag.error(P + "context_parallel_mask_type", "only 'causal' is supported with context parallelism, got '" +
@@ -118,7 +142,19 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
     if (seq_length && *seq_length % cp != 0)
       diag.error(P + "context_parallel", "seq_length " + std::to_string(*seq_length) +
                                              " must be divisible by context_parallel (" + std::to_string(cp) +
-                                             "): each CP rank takes a contiguous 1/context_parallel of the sequence");
+                                             "): each CP rank takes 1/context_parallel of the sequence");
+    else if (seq_length && p.context_parallel_load_balance && *seq_length % (2 * cp) != 0)
+      diag.error(P + "context_parallel",
+                 "seq_length " + std::to_string(*seq_length) + " must be divisible by 2 * context_parallel (" +
+                     std::to_string(2 * cp) + "): the load-balanced split cuts each sequence into 2 * "
+                     "context_parallel chunks; pad seq_length, or set parallelism.context_parallel_load_balance: "
+                     "false for the contiguous split");
+    if (model.mtp_num_layers > 0)
+      diag.error(P + "context_parallel", "multi-token prediction (model.mtp_num_layers " +
+                                             std::to_string(model.mtp_num_layers) +
+                                             ") is not trained with context parallelism yet: its shifted inputs "
+                                             "cross the CP ranks' sequence boundaries; set mtp_num_layers: 0 or "
+                                             "context_parallel: 1");
   } else if (p.ulysses_degree_in_cp || p.context_parallel_method != "colossal") {
     if (c.is_explicit(P + "ulysses_degree_in_cp") && p.ulysses_degree_in_cp)
       diag.warn(P + "ulysses_degree_in_cp", "has no effect while context_parallel is 1");
@@ -159,12 +195,15 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
   ParallelChecks out;
   // Valid by the spec, not trained by this build yet: the run stops at start-up, check-config
   // accepts the file and notes it.
-  for (const auto& [field, value] : {std::pair<const char*, int>{"context_parallel", p.context_parallel},
-                                     {"pipeline_parallel", p.pipeline_parallel}})
-    if (value > 1)
-      out.unsupported.emplace_back(P + field, P + field + ": is " + std::to_string(value) + ", but this build trains "
-                                   "data, tensor and expert parallelism only (FSDP/HSDP through data_parallel_shard, "
-                                   "tensor_parallel and expert_parallel); set " + field + ": 1");
+  if (cp > 1 && p.context_parallel_async)
+    diag.warn(P + "context_parallel_async", "has no effect in this build: the colossal ring always overlaps its "
+                                            "transfers with compute, and Ulysses' all-to-alls are blocking");
+  if (p.pipeline_parallel > 1)
+    out.unsupported.emplace_back(P + "pipeline_parallel",
+                                 P + "pipeline_parallel: is " + std::to_string(p.pipeline_parallel) +
+                                     ", but this build trains data, tensor, context and expert parallelism only "
+                                     "(FSDP/HSDP through data_parallel_shard, tensor_parallel, context_parallel and "
+                                     "expert_parallel); set pipeline_parallel: 1");
   if (p.expert_parallel > 1 && p.moe_token_dispatcher_type == "alltoall_deredundancy")
     out.unsupported.emplace_back(P + "moe_token_dispatcher_type",
                                  P + "moe_token_dispatcher_type: is 'alltoall_deredundancy', but this build dispatches "

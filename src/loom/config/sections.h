@@ -119,6 +119,10 @@ struct ParallelismConfig {
   bool context_parallel_async = false;
   std::optional<int> ulysses_degree_in_cp;
   std::string context_parallel_mask_type = "causal";
+  // Loom extension (the spec has no field for the split): true cuts each sequence into
+  // 2·context_parallel chunks and gives cp rank r chunks r and 2·cp-1-r, so every rank has the
+  // same causal attention work; false gives rank r the contiguous 1/cp (the reference's split).
+  bool context_parallel_load_balance = true;
   int pipeline_parallel = 1;
   std::optional<PipelineLayersPerStage> pipeline_parallel_layers_per_stage = PipelineLayersPerStage{};
   std::string pipeline_parallel_schedule = "1f1b";
@@ -151,6 +155,7 @@ struct ParallelismConfig {
     v("context_parallel_async", s.context_parallel_async);
     v("ulysses_degree_in_cp", s.ulysses_degree_in_cp);
     v("context_parallel_mask_type", s.context_parallel_mask_type);
+    v("context_parallel_load_balance", s.context_parallel_load_balance);
     v("pipeline_parallel", s.pipeline_parallel);
     v("pipeline_parallel_layers_per_stage", s.pipeline_parallel_layers_per_stage);
     v("pipeline_parallel_schedule", s.pipeline_parallel_schedule);

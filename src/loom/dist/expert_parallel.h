@@ -49,9 +49,9 @@
 //
 // Routing state across ranks. The router sees every expert's score, so what depends on routing
 // needs no EP-specific communication: the balance losses use the statistics of the rank's
-// micro-batch (summed over tp by tensor parallelism when its tokens are split), the expert-bias
+// micro-batch (summed over tp and cp when their tokens are split), the expert-bias
 // update and the tokens-per-expert monitor use the step's counts summed over the ranks that
-// route other tokens (batch × tp, the trainer), and nothing is dropped (no capacity factor).
+// route other tokens (batch × cp × tp, the trainer), and nothing is dropped (no capacity factor).
 //
 // Checkpoints. The placement is all that sharded checkpoints read: each rank's expert rows are
 // saved at their global expert indices, and a checkpoint reloads under any other ep/tp/dp.

@@ -29,8 +29,9 @@
 // backward continues. finish_backward() reduces what is left (the root unit, unused units).
 //
 // Gradient scale: with disable_gradient_division (the default) grads are summed; the trainer
-// scales the loss by 1/(world/pp) before backward (semantics.md §1.2), so a step equals the one
-// process mean. Without it, reduced grads are divided by the data-parallel size here instead.
+// scales the loss by 1/(world/(pp·tp·cp)) before backward (semantics.md §1.2), so a step equals
+// the one process mean. Without it, reduced grads are divided by the data-parallel size here
+// instead (the cp ranks of the shard group hold one loss between them: context_parallel.h).
 #pragma once
 
 #include <cstdint>

@@ -52,9 +52,10 @@ struct FsdpUnitConfig {
   bool is_root = false;
   bool reshard_after_forward = true;  // never for the root
   bool divide_gradients = false;      // mean instead of sum
-  // The data-parallel ranks the mean divides by: dp_replicate·fsdp. The shard and replicate
-  // groups of an expert unit (efsdp) have other sizes, while its grads are a sum over the same
-  // data as the dense ones (expert_parallel.h).
+  // The data-parallel ranks the mean divides by: dp_replicate·dp_shard, the ranks that train on
+  // other data. The shard group also spans cp (context parallelism: its ranks hold pieces of one
+  // sequence and one replicated loss), and the shard and replicate groups of an expert unit
+  // (efsdp) have other sizes, while its grads are a sum over the same data (expert_parallel.h).
   double data_parallel_ranks = 1;
   bool cpu_offload = false;
   // The mesh axis the unit's shard group spans, recorded in the parameters' placements.

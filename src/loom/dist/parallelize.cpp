@@ -10,15 +10,14 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, std::shared_ptr<De
                                            const ParallelizeOptions& options) {
   LOOM_CHECK(mesh != nullptr, ValueError, "parallelize: the device mesh is null");
   const ParallelDims& dims = mesh->dims();
-  LOOM_ASSERT(dims.cp() == 1 && dims.pp() == 1,
-              "context and pipeline parallelism are rejected when the configuration is resolved");
+  LOOM_ASSERT(dims.pp() == 1, "pipeline parallelism is rejected when the configuration is resolved");
   auto parallel = std::unique_ptr<ParallelModel>(new ParallelModel());
   parallel->module_ = &model;
   parallel->mesh_ = mesh;
   parallel->built_on_meta_ = !model.is_materialized();
 
   if (dims.tp() > 1) apply_tensor_parallel(model, *mesh);
-  // CP attaches here, before EP, as its strategy lands.
+  if (dims.cp() > 1) apply_context_parallel(model, *mesh, options.context);
   const bool expert_parallel = dims.ep() > 1 && apply_expert_parallel(model, *mesh) > 0;
   // The PP stage split attaches here as its strategy lands.
 
@@ -32,10 +31,11 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, std::shared_ptr<De
                              (expert_parallel && mesh->size("dp_replicate") * mesh->size("efsdp") > 1);
   if (data_parallel) parallel->fsdp_ = apply_fsdp(model, mesh, options.fsdp);
   // Summed grads (disable_gradient_division) need the loss pre-scaled by one over the ranks that
-  // train on other data, world/(pp·tp): the tp ranks of a data shard hold one replicated loss,
-  // counted once (tensor_parallel.h). FSDP divides otherwise. One process: 1.
+  // train on other data, world/(pp·tp·cp): the tp and cp ranks of a data shard hold one
+  // replicated loss, counted once (tensor_parallel.h, context_parallel.h). One process: 1.
   if (options.fsdp.disable_gradient_division)
-    parallel->backward_scale_ = 1.0 / static_cast<double>(mesh->world_size() / (dims.pp() * dims.tp()));
+    parallel->backward_scale_ =
+        1.0 / static_cast<double>(mesh->world_size() / (dims.pp() * dims.tp() * dims.cp()));
 
   for (auto& [name, p] : model.named_parameters()) parallel->params_[name] = p;
   return parallel;

@@ -9,8 +9,8 @@
 // parameter by its slice and records the split in Parameter::placement, or wraps module
 // forwards and named operations); the model files know nothing of it. A strategy is applied when
 // its mesh axis has more than one rank, so one process — a mesh of size one — goes through this
-// same function and gets the plain model back. Context and pipeline parallelism are
-// rejected when the configuration is resolved until their strategies exist; the memory policy
+// same function and gets the plain model back. Pipeline parallelism is rejected when the
+// configuration is resolved until its strategy exists; the memory policy
 // comes in as a function because memory/ sits below dist/ in the layering.
 //
 // The ParallelModel it returns is everything the training step needs from the layout, asked the
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "loom/core/allocator.h"
+#include "loom/dist/context_parallel.h"
 #include "loom/dist/device_mesh.h"
 #include "loom/dist/fsdp.h"
 #include "loom/nn/module.h"
@@ -35,6 +36,7 @@ namespace loom::dist {
 
 struct ParallelizeOptions {
   FsdpOptions fsdp;
+  ContextParallelOptions context;
   // Installs recompute/swap on the model (memory::apply_memory_plan): after the model-splitting
   // strategies, before FSDP, so FSDP's gathers wrap the recomputed forwards.
   std::function<void(nn::Module&)> memory_policy;
@@ -60,9 +62,10 @@ class ParallelModel {
   void zero_grad();
   void finish_backward();
   // The factor the loss needs before backward so that reduced grads are the mean over the
-  // data-parallel ranks: 1/(world/(pp·tp)) while grads are summed (parallelism.
-  // disable_gradient_division, the default), else 1 (semantics.md §1.2, with tensor
-  // parallelism's replicated loss counted once: tensor_parallel.h). 1 on one process.
+  // data-parallel ranks: 1/(world/(pp·tp·cp)) while grads are summed (parallelism.
+  // disable_gradient_division, the default), else 1 (semantics.md §1.2, with the loss that
+  // tensor and context parallelism replicate counted once: tensor_parallel.h,
+  // context_parallel.h). 1 on one process.
   double backward_scale() const { return backward_scale_; }
   // Ranks holding the same local grad of `param` (1 for a name it does not know: buffers).
   double replica_factor(const std::string& param) const;

@@ -78,6 +78,7 @@ struct KernelTable {
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
                                        double scale, const AttentionMask& mask,
                                        const AttentionTiles& tiles);
+  void (*attention_merge)(Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse);
 
   // ---- Cross-entropy (cpu/cross_entropy.h) ----
   Tensor (*cross_entropy_row_weights)(const Tensor& labels, const Tensor& loss_mask,

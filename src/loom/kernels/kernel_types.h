@@ -28,6 +28,11 @@ struct AttentionMask {
   // holding p; positions at or past the last end, or before 0, belong to no document and see
   // nothing (as packed-sequence flash attention leaves tokens past actual_seq_len out).
   Tensor doc_ends;
+  // Optional int64 [B, Sq, 2]: the keys [lo, hi) each query row sees, given outright. When
+  // defined it is the whole mask (causal, q_offset and doc_ends are not read): context
+  // parallelism's ring passes one per K/V block, from the global sequence positions of its
+  // queries and of the block's keys, which no offset of a contiguous range can describe.
+  Tensor key_ranges;
 };
 
 // Tile sizes; the defaults are tuned for fp32 sgemm. Tests shrink them to exercise tile edges.

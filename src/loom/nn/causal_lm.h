@@ -91,6 +91,8 @@ class CausalLM : public Module {
   // Replaces the heads' loss (default: ops::linear_cross_entropy over the whole vocabulary). A
   // strategy that splits the head over ranks (tensor parallelism) installs its own from outside.
   void set_head_loss(HeadLoss loss) { head_loss_ = std::move(loss); }
+  // The installed one, for a later strategy that wraps it (context parallelism over TP's).
+  const HeadLoss& head_loss() const { return head_loss_; }
   // Aux-loss-free balancing step with this process's counts: every router that has an expert
   // bias updates it from its tokens_per_expert, then all counters reset. (Multi-process trainers
   // sum the counts across ranks and call TopKRouter::update_expert_bias themselves.)

@@ -66,14 +66,14 @@ Tensor attention(const Tensor& q, const Tensor& kt, const Tensor& v, const Atten
   LOOM_TRACE("op", "attention");
   check_inputs(q, kt, v, opt, max_logits);
   const double scale = opt.softmax_scale != 0 ? opt.softmax_scale : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-  const kernels::AttentionMask mask{opt.causal, opt.q_offset, opt.doc_ends};
+  const kernels::AttentionMask mask{opt.causal, opt.q_offset, opt.doc_ends, Tensor()};
   kernels::AttentionForwardResult fwd = kernels::for_tensor(q, "attention")
       .attention_forward(q, kt, v, scale, mask, opt.track_max_logits, kernels::AttentionTiles{});
   if (max_logits) *max_logits = opt.track_max_logits ? fwd.max_logits : Tensor();
   Tensor out = fwd.out;
   record("attention", {&q, &kt, &v}, {&out}, {q, kt, v, out, fwd.lse, opt.doc_ends},
          [scale, causal = opt.causal, q_offset = opt.q_offset](const Grads& g, const BackwardContext& ctx) -> Grads {
-           const kernels::AttentionMask m{causal, q_offset, ctx.saved(5)};
+           const kernels::AttentionMask m{causal, q_offset, ctx.saved(5), Tensor()};
            kernels::AttentionGrads grads = kernels::for_tensor(g[0], "attention")
                .attention_backward(g[0], ctx.saved(0), ctx.saved(1), ctx.saved(2), ctx.saved(3), ctx.saved(4),
                                    scale, m, kernels::AttentionTiles{});

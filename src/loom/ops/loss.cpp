@@ -16,8 +16,7 @@ using Grads = std::vector<Tensor>;
 
 namespace {
 
-// semantics.md §1.2: the denominator's epsilon.
-constexpr double kMaskEpsilon = 1e-8;
+constexpr double kMaskEpsilon = kLossMaskEpsilon;
 
 DType loss_dtype(DType input) { return input == DType::f64 ? DType::f64 : DType::f32; }
 
@@ -39,6 +38,11 @@ void check_labels_shape(const char* op, const Tensor& input, const Tensor& label
 }
 
 }  // namespace
+
+double loss_token_count(const Tensor& labels, const Tensor& loss_mask, int64_t vocab, int64_t ignore_index) {
+  const KernelTable& k = kernels::for_tensor(labels, "loss_token_count");
+  return mask_sum(k, k.cross_entropy_row_weights(labels, loss_mask, ignore_index, vocab, "loss_token_count"));
+}
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss_mask,
                      int64_t ignore_index) {

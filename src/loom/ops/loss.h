@@ -10,6 +10,14 @@
 
 namespace loom::ops {
 
+// The denominator's epsilon (semantics.md §1.2).
+constexpr double kLossMaskEpsilon = 1e-8;
+
+// Σ mask: the tokens the loss of (labels, loss_mask) averages over, as a double (the same row
+// weights the losses below use). A strategy that splits a sequence over ranks sums it over them.
+double loss_token_count(const Tensor& labels, const Tensor& loss_mask, int64_t vocab,
+                        int64_t ignore_index = -100);
+
 // logits [..., V] (f32/bf16/f16/f64), labels [...] int32/int64, loss_mask [...] (any dtype;
 // undefined = all ones). Fused: per-row log-sum-exp over vocabulary chunks in fp32, no fp32 copy
 // of bf16 logits; backward recomputes softmax from the saved lse in one pass. Labels outside

@@ -16,4 +16,7 @@ struct PeakFlops {
 
 PeakFlops peak_flops(int threads);
 
+// The processor's "model name" from /proc/cpuinfo (benchmarks print it); "unknown" if absent.
+std::string cpu_model_name();
+
 }  // namespace loom::train

@@ -137,6 +137,12 @@ void Trainer::build_model() {
   const int64_t total_layers = model_->num_layers() + model_->num_mtp_layers();
   dist::ParallelizeOptions po;
   po.fsdp = fsdp_options(config_.parallelism, mesh_->dims());
+  po.context.load_balanced = config_.parallelism.context_parallel_load_balance;
+  if (config_.parallelism.context_parallel_method == "ulysses") po.context.method = dist::ContextParallelMethod::ulysses;
+  if (config_.parallelism.context_parallel_method == "hybrid") {
+    po.context.method = dist::ContextParallelMethod::hybrid;
+    po.context.ulysses_degree = config_.parallelism.ulysses_degree_in_cp.value_or(1);
+  }
   po.memory_policy = [this, total_layers](nn::Module& module) {
     auto layers = model_->layers();
     memory::MemoryPlan plan = memory::plan_memory(layers, total_layers, resolved_.recompute, resolved_.swap);
@@ -331,6 +337,7 @@ int64_t Trainer::train_step(StepMetrics& m) {
   // the same expert-bias update everywhere.
   for (Tensor& t : model_->data_parallel_sums()) {
     mesh_->group("batch").all_reduce(t);
+    mesh_->group("cp").all_reduce(t);
     mesh_->group("tp").all_reduce(t);
   }
   model_->after_optimizer_step();

@@ -11,7 +11,13 @@
 //
 // Every mask mode gives each query row one contiguous interval of visible keys, so the kernels
 // work on per-row intervals [lo, hi): fully masked tiles are skipped, fully visible tiles are not
-// masked at all. Rows with an empty interval produce zeros (and lse = -inf), never NaN.
+// masked at all. Rows with an empty interval produce zeros (and lse = -inf), never NaN. A caller
+// may also hand the intervals over directly (AttentionMask::key_ranges): context parallelism's
+// ring computes its queries against one K/V block at a time, at positions no offset describes.
+//
+// The log-sum-exp is part of the result because a softmax over keys split into blocks is the
+// merge of the blocks' partial softmaxes by their log-sum-exp (attention_merge), and because the
+// backward of each block needs only the final output and log-sum-exp of the whole row.
 // Callers (ops::attention) validate shapes and dtypes; doc_ends values are validated here.
 #pragma once
 
@@ -38,5 +44,12 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                                   const Tensor& v, const Tensor& out, const Tensor& lse,
                                   double scale, const AttentionMask& mask,
                                   const AttentionTiles& tiles = AttentionTiles());
+
+// Folds one block's partial attention into a running result, in place: with L = log(e^lse +
+// e^block_lse), out = e^(lse-L)·out + e^(block_lse-L)·block_out and lse = L, per (batch, head,
+// row). out [B, Sq, H, Dv] and lse [B, H, Sq] are contiguous f32 (f64 for f64); block_out and
+// block_lse are a forward's result of the same shapes. A row with lse = -inf on either side
+// takes the other side as it is (never -inf - -inf), so rows no block sees stay zero.
+void attention_merge(Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse);
 
 }  // namespace loom::kernels::cpu

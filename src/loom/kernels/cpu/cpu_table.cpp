@@ -50,6 +50,7 @@ KernelTable kernel_table() {
 
   t.attention_forward = &attention_forward;
   t.attention_backward = &attention_backward;
+  t.attention_merge = &attention_merge;
 
   t.cross_entropy_row_weights = &cross_entropy_row_weights;
   t.cross_entropy_forward = &cross_entropy_forward;
