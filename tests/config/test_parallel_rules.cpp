@@ -179,6 +179,28 @@ TEST(ParallelLimits, DeredundancyDispatcherNeedsLargeExpertParallel) {
             "");
 }
 
+// Expert parallelism trains (dist/expert_parallel.h); its de-redundant dispatcher is a gap: the
+// file is valid, the run stops with what to set.
+TEST(ParallelRules, ExpertParallelTrainsAndTheDeredundantDispatcherIsAGap) {
+  auto gaps_about = [](const LoadedConfig& c, const std::string& what) {
+    std::string out;
+    for (const std::string& g : c.resolved->gaps)
+      if (g.find(what) != std::string::npos) out += g;
+    return out;
+  };
+  LoadedConfig plain = load("parallelism:\n  expert_parallel: 2\ntraining:\n  global_batch_size: 2\n", 2);
+  ASSERT_TRUE(plain.resolved.has_value());
+  EXPECT_EQ(gaps_about(plain, "expert_parallel"), "");
+  EXPECT_EQ(gaps_about(plain, "moe_token_dispatcher_type"), "");
+  LoadedConfig deredundant = load("parallelism:\n  expert_parallel: 2\n  npu_nums_per_device: 2\n"
+                                  "  moe_token_dispatcher_type: alltoall_deredundancy\ntraining:\n"
+                                  "  global_batch_size: 2\n", 2);
+  ASSERT_TRUE(deredundant.resolved.has_value());
+  EXPECT_EQ(gaps_about(deredundant, "moe_token_dispatcher_type"),
+            "test.yaml:4:30: parallelism.moe_token_dispatcher_type: is 'alltoall_deredundancy', but this build "
+            "dispatches expert-parallel tokens with 'alltoall' only; set moe_token_dispatcher_type: alltoall");
+}
+
 TEST(ParallelRules, EnumeratedValues) {
   EXPECT_NE(errors("parallelism:\n  reshard_after_forward_policy: sometimes\n")
                 .find("must be one of 'always', 'never', 'default', got 'sometimes'"),

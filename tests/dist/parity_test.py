@@ -19,8 +19,10 @@ layout; runs go through mpirun exactly as users start them.
            checkpoint resumed at cp 1 and cp 4.
   launch   `loom launch -n 2 -- train ...` trains like mpirun; layout errors end every rank quickly
            with the message (parallel_training.md "Parallelism Configuration Limitations").
+  expert   expert parallelism on Qwen3-MoE and DeepSeek-V3: ep 2 and 4 with FSDP, efsdp, ep x tp
+           (ep <= tp and ep > tp); curves within 1e-5, an ep 4 checkpoint resumed elsewhere, Muon.
 
-usage: parity_test.py --loom PATH --mpirun PATH --case curves|resume|launch|moe|tensor|muon|context [--keep DIR]
+usage: parity_test.py --loom PATH --mpirun PATH --case curves|resume|launch|moe|tensor|muon|context|expert [--keep DIR]
 """
 import argparse
 import json
@@ -362,6 +364,68 @@ def tensor(args, work):
     compare("saved by 1, resumed by tp2", got, ref, 1e-5, first=11)
 
 
+def expert(args, work):
+    """Expert parallelism (dist/expert_parallel.h) on Qwen3-MoE and DeepSeek-V3 (MLA, shared
+    experts, groups, expert bias, sequence balance loss, MTP): ep 2 and 4 beside FSDP, ep 2 with
+    efsdp 2, ep = tp, ep inside tp x fsdp, ep > tp, and ep 2 (alone and with tp 2 x fsdp 2) under
+    full recompute (the dispatch runs again in backward), cp 2 x ep 2 and cp 2 x ep 4; 20-step
+    curves within 1e-5 of one process,
+    step 1 within 1e-6 relative. A checkpoint saved at ep 4 (experts under their global indices)
+    resumes at one process and at tp 2 x ep 2 and continues the one-process curve. Muon (both
+    comm_strategy values) at ep 4, ep 2 x efsdp 2 and ep 2 x tp 2 within the muon case's 1e-4."""
+    ep = lambda e, t=1: "\n  expert_parallel: %d" % e + ("\n  tensor_parallel: %d" % t if t > 1 else "")
+    recompute = 'recompute:\n  mode: full\n  full_recompute_layer: ["0-1"]\n'  # the decoder layers
+    layouts = [("ep2", 2, ep(2), ""), ("ep4", 4, ep(4), ""), ("ep2_efsdp2", 4, ep(2), ""), ("ep2_tp2", 2, ep(2, 2), ""),
+               ("ep2_in_tp2_fsdp2", 4, ep(2, 2), ""), ("ep4_over_tp2", 4, ep(4, 2), ""),
+               ("ep2_full_recompute", 2, ep(2), recompute), ("ep2_tp2_full_recompute", 4, ep(2, 2), recompute)]
+    for arch, model in (("qwen3_moe", QWEN3_MOE_TP), ("deepseek_v3", DEEPSEEK_TP)):
+        ref, ref_dir = run(args, work, arch + "_one_process", 1, model=model, save=arch == "deepseek_v3")
+        for name, world, extra, sections in layouts:
+            if arch == "qwen3_moe" and name in ("ep2_efsdp2", "ep2_in_tp2_fsdp2", "ep2_tp2_full_recompute"):
+                continue  # 2 cores: the DeepSeek-V3 runs cover these layouts
+            got, _ = run(args, work, "%s_%s" % (arch, name), world, parallel_extra=extra, model=model, sections=sections)
+            rel = abs(got[1] - ref[1]) / abs(ref[1])
+            if rel > 1e-6:
+                raise SystemExit("FAIL: %s %s step-1 loss %.17g vs one process %.17g" % (arch, name, got[1], ref[1]))
+            compare("%s %s" % (arch, name), got, ref, 1e-5)
+    # With context parallelism (no MTP: Qwen3-MoE with a compressed mask): ep spans cp ranks too.
+    cp_model = QWEN3_MOE_TP + "  use_attn_mask_compression: True\n"
+    cp_ref, _ = run(args, work, "qwen3_moe_cp_one_process", 1, model=cp_model)
+    for name, world, extra in (("cp2_ep2", 2, "\n  context_parallel: 2" + ep(2)),
+                               ("cp2_ep4_fsdp2", 4, "\n  context_parallel: 2" + ep(4))):
+        got, _ = run(args, work, "qwen3_moe_" + name, world, parallel_extra=extra, model=cp_model)
+        if abs(got[1] - cp_ref[1]) > 1e-6 * abs(cp_ref[1]):
+            raise SystemExit("FAIL: qwen3_moe %s step-1 loss %.17g vs one process %.17g" % (name, got[1], cp_ref[1]))
+        compare("qwen3_moe " + name, got, cp_ref, 1e-5)
+    saved, saved_dir = run(args, work, "deepseek_v3_ep4_saving", 4, save=True, parallel_extra=ep(4), model=DEEPSEEK_TP)
+    compare("deepseek_v3 ep4 (saving)", saved, ref, 1e-5)
+    ckpt = os.path.join(saved_dir, "checkpoints", "iteration_00000010")
+    with open(os.path.join(ckpt, "metadata.json")) as f:
+        saved_w1 = json.load(f)["state_dict_metadata"]["decoder.layers.1.mlp.experts.weight1"]
+    offsets = sorted(c["global_offset"][0] for c in saved_w1["chunk"])
+    if saved_w1["global_shape"] != [4, 32, 32] or offsets != [0, 1, 2, 3]:
+        raise SystemExit("FAIL: ep4 saved experts.weight1 as %s with expert offsets %s; expected the global [4, 32, 32] "
+                         "in one chunk per expert" % (saved_w1["global_shape"], offsets))
+    print("  experts.weight1 saved as global %s, chunks at experts %s" % (saved_w1["global_shape"], offsets))
+    one, _ = run(args, work, "resume_ep4_to_1", 1, load_path=ckpt, model=DEEPSEEK_TP)
+    compare("saved by ep4, resumed by 1", one, ref, 1e-5, first=11)
+    got, _ = run(args, work, "resume_ep4_to_tp2_ep2", 2, load_path=ckpt, parallel_extra=ep(2, 2), model=DEEPSEEK_TP)
+    compare("saved by ep4, resumed by tp2 x ep2", got, ref, 1e-5, first=11)
+    got, _ = run(args, work, "resume_1_to_ep2", 2, load_path=os.path.join(ref_dir, "checkpoints", "iteration_00000010"),
+                 parallel_extra=ep(2), model=DEEPSEEK_TP)
+    compare("saved by 1, resumed by ep2", got, ref, 1e-5, first=11)
+    # Muon on the experts: each expert matrix is whole on its rank (ep and efsdp split the experts'
+    # dim), so Newton-Schulz runs where the expert lives; the sums differ in order from one
+    # process's, which Newton-Schulz amplifies (the muon case's tolerance).
+    for strategy in ("allgather", "allgather_deredundency"):
+        optimizer = MUON.format(threshold=MUON_FIRING_QK_CLIP, strategy=strategy)
+        ref, _ = run(args, work, "muon_%s_one_process" % strategy, 1, model=DEEPSEEK_TP, optimizer=optimizer)
+        for name, world, extra in (("ep4", 4, ep(4)), ("ep2_efsdp2", 4, ep(2)), ("ep2_tp2", 2, ep(2, 2))):
+            got, _ = run(args, work, "muon_%s_%s" % (strategy, name), world, parallel_extra=extra, model=DEEPSEEK_TP,
+                         optimizer=optimizer)
+            compare("deepseek_v3 Muon %s %s" % (strategy, name), got, ref, MUON_TOLERANCE)
+
+
 def write_packed_data(prefix, vocab=96, eod=95, num_tokens=60000):
     """Documents of 3..20 tokens, each ending with the EOD token, packed into one stream: every
     sample of 32 tokens holds several (semantics.md §5.4)."""
@@ -484,8 +548,8 @@ def launch(args, work):
     # Layout and start-up errors: every rank exits non-zero at once, with the message naming the
     # field; an update that makes the weights non-finite stops every rank at the same step.
     cases = [("batch_too_small", "local_batch_size: 2", "local_batch_size: 8", "global_batch_size", {}),
-             ("expert_parallel", "data_parallel_shard: -1", "data_parallel_shard: -1\n  expert_parallel: 2",
-              "parallelism.expert_parallel: is 2, but this build trains", {}),
+             ("pipeline_parallel", "data_parallel_shard: -1", "data_parallel_shard: -1\n  pipeline_parallel: 2\n"
+              "  pipeline_parallel_layers_per_stage: ['0-1', '2']", "parallelism.pipeline_parallel: is 2, but this build trains", {}),
              ("shard_misfit", "data_parallel_shard: -1", "data_parallel_shard: 4",
               "parallelism.data_parallel_shard: is 4 but the inferred shard degree is 2", {}),
              ("memory_misfit", "data_parallel_shard: -1", "data_parallel_shard: -1", "the run needs at least",
@@ -516,7 +580,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--loom", required=True)
     ap.add_argument("--mpirun", default="mpirun")
-    ap.add_argument("--case", choices=["curves", "resume", "launch", "moe", "tensor", "muon", "context"], required=True)
+    ap.add_argument("--case", choices=["curves", "resume", "launch", "moe", "tensor", "muon", "context", "expert"],
+                    required=True)
     ap.add_argument("--keep", default="")
     args = ap.parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="loom-parity-")
@@ -524,7 +589,7 @@ def main():
     try:
         write_data(os.path.join(work, "data"))
         {"curves": curves, "resume": resume, "launch": launch, "moe": moe, "tensor": tensor, "muon": muon,
-         "context": context}[args.case](args, work)
+         "context": context, "expert": expert}[args.case](args, work)
         print("PASS")
     finally:
         if not args.keep:

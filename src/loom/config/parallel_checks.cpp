@@ -198,12 +198,17 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
   if (cp > 1 && p.context_parallel_async)
     diag.warn(P + "context_parallel_async", "has no effect in this build: the colossal ring always overlaps its "
                                             "transfers with compute, and Ulysses' all-to-alls are blocking");
-  for (const auto& [field, value] : {std::pair<const char*, int>{"pipeline_parallel", p.pipeline_parallel},
-                                     {"expert_parallel", p.expert_parallel}})
-    if (value > 1)
-      out.unsupported.emplace_back(P + field, P + field + ": is " + std::to_string(value) + ", but this build trains "
-                                   "data, tensor and context parallelism only (FSDP/HSDP through "
-                                   "data_parallel_shard, tensor_parallel and context_parallel); set " + field + ": 1");
+  if (p.pipeline_parallel > 1)
+    out.unsupported.emplace_back(P + "pipeline_parallel",
+                                 P + "pipeline_parallel: is " + std::to_string(p.pipeline_parallel) +
+                                     ", but this build trains data, tensor, context and expert parallelism only "
+                                     "(FSDP/HSDP through data_parallel_shard, tensor_parallel, context_parallel and "
+                                     "expert_parallel); set pipeline_parallel: 1");
+  if (p.expert_parallel > 1 && p.moe_token_dispatcher_type == "alltoall_deredundancy")
+    out.unsupported.emplace_back(P + "moe_token_dispatcher_type",
+                                 P + "moe_token_dispatcher_type: is 'alltoall_deredundancy', but this build dispatches "
+                                     "expert-parallel tokens with 'alltoall' only; set moe_token_dispatcher_type: "
+                                     "alltoall");
   out.degrees_valid = degrees_ok && shard_ok;
   if (degrees_ok) out.pipeline = plan_pipeline(p, known_size(model.num_layers), c, diag);
   return out;

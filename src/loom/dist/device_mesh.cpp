@@ -22,8 +22,10 @@ DeviceMesh::DeviceMesh(std::shared_ptr<ProcessGroup> world, ParallelDims dims)
       continue;
     }
     std::vector<int> members = dims_.group_ranks(axis, world_->rank());
-    if (static_cast<int>(members.size()) == world_->size()) {
-      groups_[axis] = world_;  // the whole world: share its communicator
+    // A group of the whole world shares its communicator, except ep: its all-to-all traffic is
+    // counted apart from FSDP's and tensor parallelism's on the same ranks (CommStats).
+    if (static_cast<int>(members.size()) == world_->size() && (axis != "ep" || members.size() == 1)) {
+      groups_[axis] = world_;
       continue;
     }
     groups_[axis] = std::shared_ptr<ProcessGroup>(world_->split(axis, members));

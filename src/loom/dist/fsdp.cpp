@@ -82,8 +82,8 @@ std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr
   layer_config.shard_axis = "fsdp";
   layer_config.reshard_after_forward = fsdp->reshard_after_forward_;
   layer_config.divide_gradients = !options.disable_gradient_division;
-  layer_config.shard_ranks_per_loss = mesh->size("cp");
   layer_config.cpu_offload = options.cpu_offload;
+  layer_config.data_parallel_ranks = static_cast<double>(mesh->size("batch"));  // dp_replicate·dp_shard
   FsdpUnitConfig root_config = layer_config;
   root_config.is_root = true;
   root_config.reshard_after_forward = false;  // backward starts with the head: keep it gathered
@@ -105,7 +105,10 @@ std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr
   }
   auto root = std::make_shared<FsdpUnit>("(root)", root_config, shard_group, replicate_group);
 
-  // Each parameter goes to the deepest unit whose path prefixes it, else to the root.
+  // Each parameter goes to the deepest unit whose path prefixes it, else to the root. Routed
+  // experts split by expert parallelism (placed on "ep") go to buckets of their own in that unit,
+  // sharded over "efsdp" (expert_parallel.h).
+  const FsdpShardGroup expert_group{mesh->group_ptr("efsdp"), "efsdp"};
   std::map<FsdpUnit*, std::set<std::string>> owners;  // modules that own a unit's parameters
   for (auto& [name, p] : model.named_parameters()) {
     FsdpUnit* best = nullptr;
@@ -117,7 +120,8 @@ std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr
         best_len = path.size();
       }
     FsdpUnit* unit = best ? best : root.get();
-    unit->add_param(name, p);
+    if (p->placement.on("ep")) unit->add_param(name, p, expert_group);
+    else unit->add_param(name, p);
     owners[unit].insert(parent_path(name));
   }
   for (auto& [path, u] : units)

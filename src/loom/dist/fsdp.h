@@ -11,7 +11,8 @@
 // true shapes). The shard becomes the parameter's local_shard and the rows are appended to its
 // placement, which is all the optimizer, checkpoints, grad norm and initialisation read. A
 // bucket's shard is the concatenation of its parameters' c-row blocks: every rank holds exactly
-// 1/n of the bucket (padded to the group size).
+// 1/n of the bucket (padded to the group size). Routed experts split by expert parallelism go
+// to buckets of their own, sharded the same way over "efsdp" (expert_parallel.h).
 //
 // Forward: before a unit's first module runs, its buckets are all-gathered into full flat
 // buffers and the model's parameter tensors (the same leaf tensors every step) are pointed at

@@ -90,6 +90,10 @@ FsdpUnit::FsdpUnit(std::string name, FsdpUnitConfig config, std::shared_ptr<Proc
 }
 
 void FsdpUnit::add_param(const std::string& name, nn::Parameter* param) {
+  add_param(name, param, {shard_group_, config_.shard_axis});
+}
+
+void FsdpUnit::add_param(const std::string& name, nn::Parameter* param, const FsdpShardGroup& shard) {
   const DType dt = param->dtype;
   LOOM_CHECK(dt == DType::f32 || dt == DType::bf16 || dt == DType::f16, DTypeError, "FSDP: parameter '", name,
              "' has dtype ", dtype_name(dt), "; FSDP shards float32, bfloat16 or float16 parameters");
@@ -111,15 +115,16 @@ void FsdpUnit::add_param(const std::string& name, nn::Parameter* param) {
   s.trainable = param->trainable;
   s.rows = local[0];
   s.row_numel = s.rows ? local.numel() / s.rows : 1;
-  const int n = shard_group_->size(), k = shard_group_->rank();
+  const int n = shard.group->size(), k = shard.group->rank();
   s.rows_per_rank = (s.rows + n - 1) / n;
   s.row_begin = std::min<int64_t>(s.rows, static_cast<int64_t>(k) * s.rows_per_rank);
   s.local_rows = rows_of_rank(s, k);
   size_t b = 0;
-  while (b < buckets_.size() && buckets_[b].dtype != dt) ++b;
+  while (b < buckets_.size() && (buckets_[b].dtype != dt || buckets_[b].shard.group != shard.group)) ++b;
   if (b == buckets_.size()) {
     buckets_.emplace_back();
     buckets_.back().dtype = dt;
+    buckets_.back().shard = shard;
   }
   s.bucket = b;
   FsdpBucket& bucket = buckets_[b];
@@ -152,7 +157,7 @@ void FsdpUnit::build() {
     // through the parameter, with its rows recorded on the shard group's mesh axis.
     s.param->local_shard = s.shard;
     s.param->placement.add(s.param->global_shape,
-                           nn::AxisPlacement::shard(config_.shard_axis, 0, {{s.row_begin, s.local_rows}}));
+                           nn::AxisPlacement::shard(b.shard.axis, 0, {{s.row_begin, s.local_rows}}));
   }
   release_leaves();
 }
@@ -189,13 +194,13 @@ void FsdpUnit::release_leaves() {
 void FsdpUnit::unshard() {
   if (gathered_) return;
   LOOM_TRACE("fsdp", "all_gather");
-  const int n = shard_group_->size();
   for (FsdpBucket& b : buckets_) {
+    const int n = b.shard.group->size();
     b.full = Tensor::empty({b.full_numel}, b.dtype);
     Tensor gathered = b.shard_flat;
     if (n > 1) {
       gathered = Tensor::empty({b.shard_numel * n}, b.dtype);
-      shard_group_->all_gather(b.shard_flat, gathered);
+      b.shard.group->all_gather(b.shard_flat, gathered);
     }
     // Rank r's block of each parameter is rows [r·c, r·c + len_r): contiguous in both layouts.
     const size_t es = dtype_size(b.dtype);
@@ -288,8 +293,8 @@ bool FsdpUnit::has_unreduced_grads() const {
 void FsdpUnit::reduce_grads() {
   LOOM_TRACE("fsdp", "reduce_scatter");
   autograd::NoGradGuard no_grad;
-  const int n = shard_group_->size();
   for (FsdpBucket& b : buckets_) {
+    const int n = b.shard.group->size();
     bool any_trainable = false;
     for (size_t idx : b.slots) any_trainable = any_trainable || slots_[idx].trainable;
     if (!any_trainable) continue;
@@ -315,12 +320,10 @@ void FsdpUnit::reduce_grads() {
     for (size_t idx : b.slots)
       if (slots_[idx].trainable) fresh = fresh && !slots_[idx].shard.grad().defined();
     Tensor reduced = fresh ? b.grad_flat : Tensor::empty({b.shard_numel}, DType::f32);
-    shard_group_->reduce_scatter(send, reduced);
+    b.shard.group->reduce_scatter(send, reduced);
     if (replicate_group_) replicate_group_->all_reduce(reduced);
     if (config_.divide_gradients) {
-      const double world = static_cast<double>(n / config_.shard_ranks_per_loss) *
-                           (replicate_group_ ? replicate_group_->size() : 1);
-      kernels::for_tensor(reduced, "fsdp gradient division").scale_(reduced, 1.0 / world);
+      kernels::for_tensor(reduced, "fsdp gradient division").scale_(reduced, 1.0 / config_.data_parallel_ranks);
     }
     if (!fresh) kernels::for_tensor(b.grad_flat, "fsdp gradient accumulation").add_(b.grad_flat, reduced, 1.0);
     for (size_t idx : b.slots) {

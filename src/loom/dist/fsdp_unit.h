@@ -30,8 +30,16 @@ struct FsdpSlot {
   bool grad_ready = false;   // grad accumulated since the unit's last reduction
 };
 
+// The group a bucket is sharded over and the mesh axis recorded in its parameters' placements
+// (the group may share the world's communicator and name when it spans every rank).
+struct FsdpShardGroup {
+  std::shared_ptr<ProcessGroup> group;
+  std::string axis;
+};
+
 struct FsdpBucket {
   DType dtype = DType::f32;
+  FsdpShardGroup shard;      // the unit's shard group, or the expert group (efsdp)
   int64_t shard_numel = 0;   // per rank: Σ c·row_numel
   int64_t full_numel = 0;    // Σ rows·row_numel
   std::vector<size_t> slots;
@@ -44,12 +52,13 @@ struct FsdpUnitConfig {
   bool is_root = false;
   bool reshard_after_forward = true;  // never for the root
   bool divide_gradients = false;      // mean instead of sum
-  // Ranks of the shard group that train on pieces of one sequence and hold one replicated loss
-  // (context parallelism): their grads add up to one sample's, so the mean divides by the rest.
-  int shard_ranks_per_loss = 1;
+  // The data-parallel ranks the mean divides by: dp_replicate·dp_shard, the ranks that train on
+  // other data. The shard group also spans cp (context parallelism: its ranks hold pieces of one
+  // sequence and one replicated loss), and the shard and replicate groups of an expert unit
+  // (efsdp) have other sizes, while its grads are a sum over the same data (expert_parallel.h).
+  double data_parallel_ranks = 1;
   bool cpu_offload = false;
-  // The mesh axis the shard group spans, recorded in the parameters' placements (the group may
-  // share the world's communicator and name when it spans every rank).
+  // The mesh axis the unit's shard group spans, recorded in the parameters' placements.
   std::string shard_axis = "fsdp";
 };
 
@@ -67,8 +76,10 @@ class FsdpUnit : public std::enable_shared_from_this<FsdpUnit> {
   ProcessGroup* replicate_group() { return replicate_group_.get(); }
 
   // Layout: add every parameter, then build() allocates the shards, copying the values of
-  // parameters that are materialised (and releasing their full tensors).
+  // parameters that are materialised (and releasing their full tensors). A parameter goes to the
+  // bucket of its dtype and shard group: the unit's, or `shard` (routed experts over efsdp).
   void add_param(const std::string& name, nn::Parameter* param);
+  void add_param(const std::string& name, nn::Parameter* param, const FsdpShardGroup& shard);
   void build();
   void register_grad_hooks();
 

@@ -123,14 +123,18 @@ void MpiProcessGroup::sendrecv(const void* send, int64_t send_count, int dst, vo
     const int r = static_cast<int>(std::min(kMaxPiece, recv_count - got));
     const char* send_at = static_cast<const char*>(send) + sent * es;
     char* recv_at = static_cast<char*>(recv) + got * es;
+    // A direction that is done (or had nothing) sends or expects no message at all: each side
+    // counts only its own direction, and with uneven counts (all_to_all_v) an empty message
+    // nobody receives would be matched by the peer's next receive.
+    const int to = sent < send_count ? dst : MPI_PROC_NULL, from = got < recv_count ? src : MPI_PROC_NULL;
     if (!CommThread::on_this_thread()) {
-      check_mpi(MPI_Sendrecv(send_at, s, t, dst, 0, recv_at, r, t, src, 0, comms_->coll, MPI_STATUS_IGNORE),
+      check_mpi(MPI_Sendrecv(send_at, s, t, to, 0, recv_at, r, t, from, 0, comms_->coll, MPI_STATUS_IGNORE),
                 "Sendrecv", axis());
     } else {
       // The same exchange, waited for without spinning (comm_thread.h "Waiting").
       MPI_Request requests[2];
-      check_mpi(MPI_Irecv(recv_at, r, t, src, 0, comms_->coll, &requests[0]), "Irecv", axis());
-      check_mpi(MPI_Isend(send_at, s, t, dst, 0, comms_->coll, &requests[1]), "Isend", axis());
+      check_mpi(MPI_Irecv(recv_at, r, t, from, 0, comms_->coll, &requests[0]), "Irecv", axis());
+      check_mpi(MPI_Isend(send_at, s, t, to, 0, comms_->coll, &requests[1]), "Isend", axis());
       for (int round = 0;; ++round) {
         int done = 0;
         check_mpi(MPI_Testall(2, requests, &done, MPI_STATUSES_IGNORE), "Testall", axis());

@@ -1,6 +1,7 @@
 #include "loom/dist/parallelize.h"
 
 #include "loom/autograd/grad_mode.h"
+#include "loom/dist/expert_parallel.h"
 #include "loom/dist/tensor_parallel.h"
 
 namespace loom::dist {
@@ -9,8 +10,7 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, std::shared_ptr<De
                                            const ParallelizeOptions& options) {
   LOOM_CHECK(mesh != nullptr, ValueError, "parallelize: the device mesh is null");
   const ParallelDims& dims = mesh->dims();
-  LOOM_ASSERT(dims.ep() == 1 && dims.pp() == 1,
-              "expert and pipeline parallelism are rejected when the configuration is resolved");
+  LOOM_ASSERT(dims.pp() == 1, "pipeline parallelism is rejected when the configuration is resolved");
   auto parallel = std::unique_ptr<ParallelModel>(new ParallelModel());
   parallel->module_ = &model;
   parallel->mesh_ = mesh;
@@ -18,13 +18,17 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, std::shared_ptr<De
 
   if (dims.tp() > 1) apply_tensor_parallel(model, *mesh);
   if (dims.cp() > 1) apply_context_parallel(model, *mesh, options.context);
-  // EP and the PP stage split attach here, in that order, as their strategies land.
+  const bool expert_parallel = dims.ep() > 1 && apply_expert_parallel(model, *mesh) > 0;
+  // The PP stage split attaches here as its strategy lands.
 
   if (options.memory_policy) options.memory_policy(model);
 
   // Data parallelism: grads are reduced over the ranks that train on other data (FSDP/HSDP; with
-  // data_parallel_shard 1 the shard group has one rank and FSDP is plain data parallelism).
-  const bool data_parallel = mesh->size("dp_replicate") * mesh->size("fsdp") > 1;
+  // data_parallel_shard 1 the shard group has one rank and FSDP is plain data parallelism). Under
+  // EP, routed experts are reduced over efsdp (expert_parallel.h), which may have ranks when the
+  // dense fsdp group has none (tp > ep).
+  const bool data_parallel = mesh->size("dp_replicate") * mesh->size("fsdp") > 1 ||
+                             (expert_parallel && mesh->size("dp_replicate") * mesh->size("efsdp") > 1);
   if (data_parallel) parallel->fsdp_ = apply_fsdp(model, mesh, options.fsdp);
   // Summed grads (disable_gradient_division) need the loss pre-scaled by one over the ranks that
   // train on other data, world/(pp·tp·cp): the tp and cp ranks of a data shard hold one

@@ -3,14 +3,14 @@
 //
 //   TP/SP → CP → EP → PP stage split → memory policy (recompute/swap) → FSDP/HSDP
 //
-// (tensor_parallel.h and fsdp.h explain theirs.)
+// (tensor_parallel.h, expert_parallel.h and fsdp.h explain theirs.)
 //
 // Each strategy is one file of dist/ that rewrites the model from outside (it replaces a
 // parameter by its slice and records the split in Parameter::placement, or wraps module
 // forwards and named operations); the model files know nothing of it. A strategy is applied when
 // its mesh axis has more than one rank, so one process — a mesh of size one — goes through this
-// same function and gets the plain model back. Pipeline and expert parallelism are rejected when
-// the configuration is resolved until their strategies exist; the memory policy
+// same function and gets the plain model back. Pipeline parallelism is rejected when the
+// configuration is resolved until its strategy exists; the memory policy
 // comes in as a function because memory/ sits below dist/ in the layering.
 //
 // The ParallelModel it returns is everything the training step needs from the layout, asked the

@@ -256,9 +256,17 @@ void apply_tensor_parallel(nn::Module& model, DeviceMesh& mesh) {
     split_layer(mtp[k]->transformer_layer(), c, s, kv_group);
   }
 
+  // Under expert parallelism the routed experts are placed over the sparse mesh instead: their
+  // grads are summed by the all-to-all's backward and over efsdp (expert_parallel.h).
+  std::set<const nn::Parameter*> routed_experts;
+  if (mesh.size("ep") > 1)
+    for (nn::MoELayer* moe : lm->moe_layers()) {
+      routed_experts.insert(&moe->experts().weight1());
+      routed_experts.insert(&moe->experts().weight2());
+    }
   // Everything left whole sees only this rank's tokens (or heads): its grads are partial sums.
   for (auto& [name, p] : model.named_parameters()) {
-    if (p->placement.on("tp")) continue;
+    if (p->placement.on("tp") || routed_experts.count(p)) continue;
     p->placement.add(p->global_shape, nn::AxisPlacement::partial("tp"));
     sum_grads_over(*p, s.tp);
   }

@@ -20,7 +20,8 @@
 //   dense MLP        all_gather(seq) → linear_fc1 column-parallel, its gate and up halves split
 //                    like the two tensors they fuse → linear_fc2 row-parallel → reduce_scatter
 //   MoE layer        router, routed experts and shared experts whole on every rank, on the local
-//                    tokens; the balance-loss statistics are summed over tp (reduce_statistics)
+//                    tokens; the balance-loss statistics are summed over tp (reduce_statistics).
+//                    Under expert parallelism the routed experts are left to it (expert_parallel.h)
 //   output head      vocabulary rows split; the final norm's output is gathered and the loss
 //                    runs on vocabulary-split logits (max and Σexp reduced over tp, chunked over
 //                    tokens, kernels::VocabShard): no rank holds a token's full logits

@@ -166,6 +166,29 @@ TEST(Collectives, AllToAllVEveryDtype) {
   check_all_to_all_v<int32_t>();
 }
 
+// Uneven counts with empty directions (an expert-parallel dispatch where most ranks send nothing
+// to most others): first everyone sends only to rank 0, then only rank 0 sends, to everyone. A
+// direction with nothing to move must exchange no message, or the empty one left over from the
+// first exchange is taken for the second's data.
+TEST(Collectives, AllToAllVWithEmptyDirections) {
+  ProcessGroup& g = world();
+  const int n = g.size(), r = g.rank();
+  std::vector<int64_t> to_zero(static_cast<size_t>(n), 0), from_all(static_cast<size_t>(n), 0);
+  to_zero[0] = r + 1;
+  if (r == 0)
+    for (int p = 0; p < n; ++p) from_all[static_cast<size_t>(p)] = p + 1;
+  std::vector<float> in(static_cast<size_t>(r + 1), static_cast<float>(r)), out(r == 0 ? static_cast<size_t>(n * (n + 1) / 2) : 0);
+  g.all_to_all_v(std::span<const float>(in), to_zero, std::span<float>(out), from_all);
+  for (int p = 0, at = 0; r == 0 && p < n; ++p)
+    for (int k = 0; k <= p; ++k) ASSERT_EQ(out[static_cast<size_t>(at++)], static_cast<float>(p));
+  // The reverse: rank 0 sends p+1 values 100+p to each p.
+  std::vector<float> back_in;
+  for (int p = 0; r == 0 && p < n; ++p) back_in.insert(back_in.end(), static_cast<size_t>(p + 1), 100.f + p);
+  std::vector<float> back(static_cast<size_t>(r + 1), -1.f);
+  g.all_to_all_v(std::span<const float>(back_in), from_all, std::span<float>(back), to_zero);
+  for (float v : back) ASSERT_EQ(v, 100.f + r);
+}
+
 template <typename T>
 void check_send_recv(int64_t count) {
   ProcessGroup& g = world();

@@ -1,0 +1,259 @@
+// Expert-parallel traffic, load and throughput (dist/expert_parallel.h): the training step of
+// `loom train` with one micro-batch — forward, backward seeded with the layout's backward scale,
+// FSDP's reductions, the clipped global grad norm over replica factors, the configured optimizer
+// on the local pieces, the routing-count sums — for a configuration resolved as `loom train`
+// resolves it (--config FILE, --set overrides, --ep N, the world size from mpirun), built through
+// dist::parallelize (no memory policy: recompute would run the dispatch again), on random tokens. Prints one RESULT {json} line from rank 0:
+//
+//   tokens_per_s           global tokens per second (median step after the warm-up)
+//   ep_bytes_sent          what this rank handed to MPI on the ep group in the last step, in the
+//                          forward and in the backward (the ep group has its own communicator)
+//   counted_bytes          the same from the routing: per MoE layer, the rows this rank sends to
+//                          experts on other ranks (S) plus the rows other ranks send to its
+//                          experts and get back (R), × hidden × the activation's bytes, in each
+//                          direction of forward (dispatch S, combine R) and backward (the
+//                          reverse of each: S and R again), plus the counts exchanged in the
+//                          forward ((ep-1)·E/ep int64 per layer); routing from the dispatcher's
+//                          own inputs (an outer wrapper on its "dispatch" operation)
+//   bytes_ratio            measured / counted, forward and backward
+//   rows_per_rank          token copies each ep rank's experts computed in the last step;
+//                          load_imbalance = max / mean
+//   expert_state_bytes     this rank's routed-expert parameter + grad + optimizer bytes, and
+//                          one process's (each scaled to its global size) / ep: the target
+//
+//   mpirun -np 2 --oversubscribe --bind-to none build/bench/bench_ep --config configs/bench/size_a.yaml --ep 2 ...
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "loom/autograd/engine.h"
+#include "loom/autograd/grad_mode.h"
+#include "loom/config/config.h"
+#include "loom/core/parallel.h"
+#include "loom/core/rng.h"
+#include "loom/dist/parallelize.h"
+#include "loom/dist/runtime.h"
+#include "loom/nn/causal_lm.h"
+#include "loom/optim/grad_norm.h"
+#include "loom/optim/lr_scheduler.h"
+#include "loom/optim/optimizer_factory.h"
+#include "loom/train/causal_lm_model.h"
+#include "loom/train/config_json.h"
+#include "loom/train/distributed.h"
+#include "loom/train/schedule.h"
+
+using namespace loom;
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+nn::LMBatch random_batch(int64_t vocab, int64_t B, int64_t S, uint64_t index) {
+  std::vector<int32_t> ids(static_cast<size_t>(B * S)), labels(ids.size());
+  for (int64_t i = 0; i < B * S; ++i) {
+    ids[static_cast<size_t>(i)] = static_cast<int32_t>(stream_uniform({index, 1, 0}, i) * vocab) % static_cast<int32_t>(vocab);
+    labels[static_cast<size_t>(i)] = static_cast<int32_t>(stream_uniform({index, 2, 0}, i) * vocab) % static_cast<int32_t>(vocab);
+  }
+  nn::LMBatch b;
+  b.input_ids = Tensor::from_vector(ids, {B, S});
+  b.labels = Tensor::from_vector(labels, {B, S});
+  return b;
+}
+
+// What one dispatch call routed on this rank: copies per expert, the row width in bytes.
+struct DispatchRecord {
+  std::vector<int64_t> per_expert;
+  int64_t row_bytes = 0;
+};
+
+int run(int argc, char** argv, dist::Runtime& rt) {
+  std::string config_path;
+  config::LoadOptions load;
+  int steps = 4, warmup = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string { LOOM_CHECK(i + 1 < argc, ValueError, a, " needs a value"); return argv[++i]; };
+    if (a == "--config") config_path = next();
+    else if (a == "--set") load.overrides.push_back(next());
+    else if (a == "--ep") load.overrides.push_back("parallelism.expert_parallel=" + next());
+    else if (a == "--steps") steps = std::stoi(next());
+    else if (a == "--warmup") warmup = std::stoi(next());
+    else LOOM_THROW(ValueError, "unknown option ", a, "; use --config FILE [--ep N] [--set key=value]... --steps N --warmup N");
+  }
+  LOOM_CHECK(!config_path.empty(), ValueError, "--config FILE is required (e.g. configs/bench/size_a.yaml)");
+  LOOM_CHECK(steps >= 1 && warmup >= 0, ValueError, "--steps must be >= 1 and --warmup >= 0");
+  apply_thread_env();
+  load.world_size = rt.world_size();
+  config::LoadedConfig loaded = config::load_config(config_path, load);
+  const config::TrainConfig& cfg = loaded.config;
+  const config::ResolvedConfig& resolved = *loaded.resolved;
+  const config::ParallelLayout& layout = resolved.layout;
+  LOOM_CHECK(layout.num_accumulation_steps == 1, ValueError, "bench_ep counts one micro-batch per step; set "
+             "training.global_batch_size to local_batch_size × data parallel (", layout.samples_per_micro_step, ")");
+  const int64_t B = cfg.training.local_batch_size, S = resolved.loader_options().config.seq_length;
+
+  auto mesh = std::make_shared<dist::DeviceMesh>(rt.world(), layout.dims);
+  const models::ModelArgs& args = resolved.model_args();
+  std::unique_ptr<train::TrainModel> model = train::build_causal_lm(args);
+  dist::ParallelizeOptions po;
+  po.fsdp = train::fsdp_options(cfg.parallelism, layout.dims);
+  auto parallel = dist::parallelize(model->module(), mesh, po);
+  parallel->materialize(static_cast<uint64_t>(cfg.training.seed));
+  model->set_backward_scale(train::micro_batch_backward_scale(*parallel, 1));
+  auto& lm = dynamic_cast<nn::CausalLM&>(model->module());
+  const std::vector<nn::MoELayer*> moes = lm.moe_layers();
+  LOOM_CHECK(!moes.empty(), ValueError, "bench_ep needs an MoE model (model_type qwen3_moe or deepseek_v3)");
+  const int64_t E = lm.config().num_experts;
+  const int ep = mesh->size("ep"), me = mesh->group("ep").rank();
+  const int64_t L = E / ep;
+
+  // The routing each dispatch saw, recorded from its own inputs (outermost wrapper).
+  std::vector<DispatchRecord> records;
+  for (nn::MoELayer* moe : moes)
+    moe->token_dispatcher().add_operation_wrapper("dispatch", [&records, E](const nn::TensorFn& inner,
+                                                                            const std::vector<Tensor>& in) {
+      DispatchRecord r;
+      r.per_expert.assign(static_cast<size_t>(E), 0);
+      for (int64_t e : in[1].to_int_vector()) ++r.per_expert[static_cast<size_t>(e)];
+      r.row_bytes = in[0].size(1) * static_cast<int64_t>(dtype_size(in[0].dtype()));
+      records.push_back(r);
+      return inner(in);
+    });
+
+  optim::NamedParams params;
+  for (auto& [name, local] : model->module().local_parameters()) params.push_back({name, local});
+  auto scheduler = std::shared_ptr<optim::LrScheduler>(
+      optim::build_lr_scheduler(train::lr_scheduler_json(cfg.lr_scheduler), cfg.training.steps));
+  std::unique_ptr<optim::Optimizer> optimizer = optim::build_optimizer(train::optimizer_json(cfg.optimizer), params);
+  optimizer->set_lr_scheduler(scheduler);
+
+  const int shard = layout.dims.dataset_shard_id(rt.rank()), shards = layout.dims.num_dataset_shards();
+  dist::ProcessGroup& ep_group = mesh->group("ep");
+  std::vector<double> times;
+  int64_t forward_sent = 0, backward_sent = 0;
+  double loss = 0;
+  for (int step = 0; step < warmup + steps; ++step) {
+    records.clear();
+    ep_group.reset_stats();
+    const auto t0 = std::chrono::steady_clock::now();
+    parallel->zero_grad();
+    nn::LMOutput out = lm.forward(random_batch(args.vocab_size, B, S, static_cast<uint64_t>(step * shards + shard)));
+    forward_sent = ep_group.stats().bytes_sent;
+    autograd::backward(out.loss, Tensor::full(out.loss.shape(), parallel->backward_scale()));
+    parallel->finish_backward();
+    backward_sent = ep_group.stats().bytes_sent - forward_sent;
+    dist::ProcessGroup& world = mesh->world();
+    optim::clip_grad_norm(optimizer->named_params(), cfg.training.max_norm,
+                          [&](const optim::NamedParam& p) { return parallel->replica_factor(p.name); },
+                          [&world](double v) { return world.all_reduce_scalar(v); });
+    optimizer->step();
+    for (Tensor& counts : model->data_parallel_sums()) {
+      mesh->group("batch").all_reduce(counts);
+      mesh->group("cp").all_reduce(counts);
+      mesh->group("tp").all_reduce(counts);
+    }
+    model->after_optimizer_step();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    loss = out.loss.item();
+    if (step >= warmup) times.push_back(s);
+    if (rt.rank() == 0)
+      std::fprintf(stderr, "step %d: %.3f s, loss %.6f, ep bytes sent forward %lld backward %lld\n", step + 1, s, loss,
+                   static_cast<long long>(forward_sent), static_cast<long long>(backward_sent));
+  }
+
+  // The last step's routing of every ep rank: counts[q][layer][e].
+  LOOM_CHECK(records.size() == moes.size(), ValueError, "bench_ep expected one dispatch per MoE layer, got ",
+             records.size());
+  std::vector<int64_t> mine;
+  for (const DispatchRecord& r : records) mine.insert(mine.end(), r.per_expert.begin(), r.per_expert.end());
+  Tensor all = Tensor::empty({static_cast<int64_t>(mine.size()) * ep}, DType::i64);
+  ep_group.all_gather(Tensor::from_vector(mine, {static_cast<int64_t>(mine.size())}), all);
+  const std::vector<int64_t> counts = all.to_int_vector();
+  auto count = [&](int q, size_t layer, int64_t e) {
+    return counts[(static_cast<size_t>(q) * records.size() + layer) * static_cast<size_t>(E) + static_cast<size_t>(e)];
+  };
+  int64_t counted_forward = 0, counted_backward = 0, remote_rows = 0;
+  std::vector<int64_t> rows_per_rank(static_cast<size_t>(ep), 0);
+  for (size_t l = 0; l < records.size(); ++l) {
+    int64_t sent = 0, received = 0;  // S and R of this rank
+    for (int64_t e = 0; e < E; ++e) {
+      const int owner = static_cast<int>(e / L);
+      if (owner != me) sent += count(me, l, e);
+      for (int q = 0; q < ep; ++q) {
+        rows_per_rank[static_cast<size_t>(owner)] += count(q, l, e);
+        if (owner == me && q != me) received += count(q, l, e);
+      }
+    }
+    remote_rows += sent;
+    counted_forward += (sent + received) * records[l].row_bytes + (ep - 1) * L * 8;
+    counted_backward += (sent + received) * records[l].row_bytes;
+  }
+  const double mean_rows = std::accumulate(rows_per_rank.begin(), rows_per_rank.end(), 0.0) / ep;
+  const double max_rows = static_cast<double>(*std::max_element(rows_per_rank.begin(), rows_per_rank.end()));
+
+  // Routed-expert state of this rank against one process's / ep.
+  auto bytes = [](const Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : int64_t{0}; };
+  std::map<std::string, int64_t> optimizer_bytes;
+  for (const optim::ParamState& s : optimizer->param_states())
+    optimizer_bytes[s.name] = (s.has_own_master() ? bytes(s.master) : 0) + bytes(s.exp_avg) + bytes(s.exp_avg_sq) +
+                              bytes(s.momentum);
+  int64_t expert_state = 0, one_process_expert_state = 0;
+  for (auto& [name, p] : model->module().named_parameters()) {
+    if (name.find(".mlp.experts.") == std::string::npos) continue;  // routed experts only
+    const Tensor local = p->local();
+    const int64_t state = bytes(local) + bytes(local.grad()) + optimizer_bytes[name];
+    expert_state += state;
+    if (local.numel() > 0) one_process_expert_state += state * p->global_shape.numel() / local.numel();
+  }
+  expert_state = static_cast<int64_t>(mesh->world().all_reduce_scalar(static_cast<double>(expert_state)) /
+                                      mesh->world_size());  // the mean over ranks (efsdp shards may differ)
+
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2];
+  if (rt.rank() == 0) {
+    Json r = {{"config", config_path},
+              {"model_type", args.model_type},
+              {"cpu", cpu_model()},
+              {"processes", rt.world_size()},
+              {"threads_per_process", num_threads()},
+              {"ep", ep},
+              {"tp", mesh->size("tp")},
+              {"experts", E},
+              {"moe_layers", static_cast<int64_t>(moes.size())},
+              {"median_step_s", median},
+              {"tokens_per_s", static_cast<double>(shards * B * S) / median},
+              {"last_loss", loss},
+              {"remote_rows_sent", remote_rows},
+              {"ep_bytes_sent", {{"forward", forward_sent}, {"backward", backward_sent}}},
+              {"counted_bytes", {{"forward", counted_forward}, {"backward", counted_backward}}},
+              {"bytes_ratio",
+               {{"forward", counted_forward ? static_cast<double>(forward_sent) / static_cast<double>(counted_forward) : 1.0},
+                {"backward",
+                 counted_backward ? static_cast<double>(backward_sent) / static_cast<double>(counted_backward) : 1.0}}},
+              {"rows_per_rank", rows_per_rank},
+              {"load_imbalance", mean_rows > 0 ? max_rows / mean_rows : 1.0},
+              {"expert_state_bytes", expert_state},
+              {"expert_state_target_bytes", one_process_expert_state / ep}};
+    std::printf("RESULT %s\n", r.dump().c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dist::Runtime& rt = dist::Runtime::init(&argc, &argv);
+  return dist::run_guarded([&] { return run(argc, argv, rt); });
+}
