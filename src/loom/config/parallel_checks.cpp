@@ -1,6 +1,8 @@
 // parallelism rules that hold for every world size: parallel_training.md ("Parallelism
 // Configuration Limitations", CP methods, mask compression, EP dispatcher, SP) and the
 // reference ParallelismConfig.__post_init__.
+#include <cctype>
+
 #include "loom/config/checks.h"
 #include "loom/config/layer_spec.h"
 
@@ -15,6 +17,11 @@ void one_of(const std::string& value, const std::vector<std::string>& allowed, c
   std::string list;
   for (std::size_t i = 0; i < allowed.size(); ++i) list += (i ? ", " : "") + ("'" + allowed[i] + "'");
   diag.error(path, "must be one of " + list + ", got '" + value + "'" + did_you_mean(value, allowed));
+}
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
 }
 
 }  // namespace
@@ -160,12 +167,19 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
   // Valid by the spec, not trained by this build yet: the run stops at start-up, check-config
   // accepts the file and notes it.
   for (const auto& [field, value] : {std::pair<const char*, int>{"context_parallel", p.context_parallel},
-                                     {"pipeline_parallel", p.pipeline_parallel},
                                      {"expert_parallel", p.expert_parallel}})
     if (value > 1)
       out.unsupported.emplace_back(P + field, P + field + ": is " + std::to_string(value) + ", but this build trains "
-                                   "data and tensor parallelism only (FSDP/HSDP through data_parallel_shard, and "
-                                   "tensor_parallel); set " + field + ": 1");
+                                   "data, tensor and pipeline parallelism only (FSDP/HSDP through "
+                                   "data_parallel_shard, tensor_parallel, pipeline_parallel); set " + field + ": 1");
+  if (p.pipeline_parallel > 1 && p.pipeline_parallel_overlap_b_f)
+    out.unsupported.emplace_back(P + "pipeline_parallel_overlap_b_f",
+                                 P + "pipeline_parallel_overlap_b_f: is True, but this build does not interleave one "
+                                 "micro-batch's backward with the next one's forward; set it to False");
+  if (p.pipeline_parallel > 1 && lower(p.pipeline_parallel_schedule) == "gpipe")
+    out.unsupported.emplace_back(P + "pipeline_parallel_schedule",
+                                 P + "pipeline_parallel_schedule: 'gpipe' is not trained by this build; use '1f1b' "
+                                 "(or 'interleaved_1f1b' with pipeline_parallel_interleave_num > 1)");
   out.degrees_valid = degrees_ok && shard_ok;
   if (degrees_ok) out.pipeline = plan_pipeline(p, known_size(model.num_layers), c, diag);
   return out;

@@ -9,15 +9,16 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, std::shared_ptr<De
                                            const ParallelizeOptions& options) {
   LOOM_CHECK(mesh != nullptr, ValueError, "parallelize: the device mesh is null");
   const ParallelDims& dims = mesh->dims();
-  LOOM_ASSERT(dims.cp() == 1 && dims.ep() == 1 && dims.pp() == 1,
-              "context, expert and pipeline parallelism are rejected when the configuration is resolved");
+  LOOM_ASSERT(dims.cp() == 1 && dims.ep() == 1,
+              "context and expert parallelism are rejected when the configuration is resolved");
   auto parallel = std::unique_ptr<ParallelModel>(new ParallelModel());
   parallel->module_ = &model;
   parallel->mesh_ = mesh;
   parallel->built_on_meta_ = !model.is_materialized();
 
   if (dims.tp() > 1) apply_tensor_parallel(model, *mesh);
-  // CP, EP and the PP stage split attach here, in that order, as their strategies land.
+  // CP and EP attach here, in that order, as their strategies land.
+  if (dims.pp() > 1) parallel->pipeline_ = apply_pipeline(model, *mesh, options.pipeline);
 
   if (options.memory_policy) options.memory_policy(model);
 
@@ -59,11 +60,14 @@ void ParallelModel::zero_grad() {
 
 void ParallelModel::finish_backward() {
   if (fsdp_) fsdp_->finish_backward();
+  if (pipeline_) pipeline_->reduce_shared_grads();
 }
 
 double ParallelModel::replica_factor(const std::string& param) const {
   auto it = params_.find(param);
-  return it == params_.end() ? 1.0 : static_cast<double>(mesh_->replica_factor(it->second->placement));
+  if (it == params_.end()) return 1.0;
+  const int stages = pipeline_ ? pipeline_->shared_copies(param) : 1;
+  return static_cast<double>(mesh_->replica_factor(it->second->placement) * stages);
 }
 
 CachingAllocator* ParallelModel::optimizer_state_pool() const {

@@ -17,6 +17,8 @@ class CausalLMModel : public TrainModel {
 
   nn::Module& module() override { return *model_; }
   ForwardResult forward(const data::Batch& batch, const nn::ForwardOptions& options) override;
+  ForwardResult forward_chunk(const data::Batch& batch, const dist::PipelineChunk& chunk, const Tensor& hidden,
+                              const nn::ForwardOptions& options) override;
   void after_optimizer_step() override;
   std::vector<Tensor> data_parallel_sums() override;
   void set_backward_scale(double scale) override { model_->set_auxiliary_loss_grad_scale(scale); }

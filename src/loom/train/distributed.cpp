@@ -16,6 +16,14 @@ dist::FsdpOptions fsdp_options(const config::ParallelismConfig& parallelism, con
   return o;
 }
 
+dist::PipelineLayout pipeline_layout(const config::PipelinePlan& plan) {
+  dist::PipelineLayout layout;
+  layout.pipeline_parallel = plan.pipeline_parallel;
+  layout.chunks = plan.interleave_num;
+  for (const config::VirtualStage& s : plan.stages) layout.stage_layers.emplace_back(s.layers.first, s.layers.last);
+  return layout;
+}
+
 void max_over_ranks(dist::ProcessGroup& world, std::vector<optim::QkClipLayer>& layers) {
   // Every rank tracked the same layers in the same order (same model, same code path).
   std::vector<float> flat;

@@ -24,6 +24,7 @@
 #include "loom/train/distributed.h"
 #include "loom/train/hardware.h"
 #include "loom/train/muon_sharding.h"
+#include "loom/train/pipeline_schedule.h"
 
 namespace loom::train {
 
@@ -142,11 +143,17 @@ void Trainer::build_model() {
     memory::MemoryPlan plan = memory::plan_memory(layers, total_layers, resolved_.recompute, resolved_.swap);
     memory_state_ = memory::apply_memory_plan(module, layers, plan, resolved_.recompute);
   };
+  if (resolved_.layout.pipeline) po.pipeline = pipeline_layout(*resolved_.layout.pipeline);
   parallel_ = dist::parallelize(model_->module(), mesh_, po);
   parallel_->materialize(static_cast<uint64_t>(config_.training.seed));
   // Injected losses (MoE balance, MTP) get the backward factor of the main loss.
   model_->set_backward_scale(micro_batch_backward_scale(*parallel_, state_.num_accumulation_steps));
-  schedule_ = std::make_unique<PlainSchedule>(*model_, *parallel_, state_.num_accumulation_steps);
+  if (parallel_->pipeline())
+    schedule_ = std::make_unique<PipelineSchedule>(
+        *model_, *parallel_, state_.num_accumulation_steps,
+        PipelineScheduleOptions{config_.parallelism.pipeline_parallel_overlap_p2p});
+  else
+    schedule_ = std::make_unique<PlainSchedule>(*model_, *parallel_, state_.num_accumulation_steps);
 }
 
 void Trainer::build_data(const config::ParallelLayout& layout) {
