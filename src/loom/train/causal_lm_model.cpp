@@ -95,14 +95,24 @@ ForwardResult CausalLMModel::forward_chunk(const data::Batch& batch, const dist:
 }
 
 void CausalLMModel::after_optimizer_step() {
-  // Keep the step's counts for the MoE monitor before the bias update resets them.
+  // Keep the step's counts for the MoE monitor before the bias update resets them, keyed by the
+  // MoE layer's ordinal in the whole model (decoder, then MTP), which a pipeline stage holding
+  // some of the layers knows from their global indices.
   last_tokens_per_expert_.clear();
-  const auto moes = model_->moe_layers();
-  for (size_t i = 0; i < moes.size(); ++i) {
-    const Tensor& counts = moes[i]->router().tokens_per_expert();
-    if (counts.defined()) last_tokens_per_expert_[static_cast<int64_t>(i)] = counts.to_int_vector();
-  }
+  const nn::TransformerConfig& c = model_->config();
+  auto record = [&](nn::TransformerLayer& layer) {
+    if (!layer.moe() || !layer.moe()->router().tokens_per_expert().defined()) return;
+    int64_t ordinal = 0;
+    for (int64_t l = 0; l < layer.layer_number(); ++l) ordinal += c.is_moe_layer(l) ? 1 : 0;
+    last_tokens_per_expert_[ordinal] = layer.moe()->router().tokens_per_expert().to_int_vector();
+  };
+  for (nn::TransformerLayer* layer : model_->decoder().layers()) record(*layer);
+  for (nn::MTPLayer* m : model_->mtp_layers()) record(m->transformer_layer());
   model_->update_expert_biases();
+}
+
+void CausalLMModel::add_tokens_per_expert(const std::map<int64_t, std::vector<int64_t>>& counts) {
+  for (const auto& [layer, c] : counts) last_tokens_per_expert_.emplace(layer, c);
 }
 
 std::vector<Tensor> CausalLMModel::data_parallel_sums() {

@@ -31,6 +31,7 @@ class CausalLMModel : public TrainModel {
   std::vector<optim::QkClipLayer> take_qk_clip_inputs() override;
   std::map<std::string, Tensor> load_hf(const std::string& dir) override;
   std::map<int64_t, std::vector<int64_t>> tokens_per_expert() const override;
+  void add_tokens_per_expert(const std::map<int64_t, std::vector<int64_t>>& counts) override;
 
   nn::CausalLM& causal_lm() { return *model_; }
   const models::ModelArgs& args() const { return args_; }

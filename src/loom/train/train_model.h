@@ -61,7 +61,10 @@ class TrainModel {
   // Reads an HF folder into a state dict with this model's (Loom) names.
   virtual std::map<std::string, Tensor> load_hf(const std::string& dir) = 0;
   // Per-layer tokens-per-expert counts of the last step (MoE monitor); empty for dense models.
+  // Keyed by the MoE layer's ordinal over the whole model, also on a pipeline stage.
   virtual std::map<int64_t, std::vector<int64_t>> tokens_per_expert() const { return {}; }
+  // The last step's counts of MoE layers other pipeline stages hold (the trainer gathers them).
+  virtual void add_tokens_per_expert(const std::map<int64_t, std::vector<int64_t>>& counts) {}
 };
 
 inline ForwardResult TrainModel::forward_chunk(const data::Batch&, const dist::PipelineChunk&, const Tensor&,

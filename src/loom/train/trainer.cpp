@@ -96,7 +96,7 @@ void Trainer::build() {
   build_monitoring();
   if (!config_.checkpoint.load_path.empty()) resume(config_.checkpoint.load_path);
   checkpoints_->prepare_async(checkpoint_contents());
-  log::info("model: ", model_->module().num_parameters(), " parameters, ", model_->num_layers(), " layers; ",
+  log::info("model: ", model_->module().num_parameters(), " parameters", parallel_->pipeline() ? " on this pipeline stage" : "", ", ", model_->num_layers(), " layers; ",
             state_.num_accumulation_steps, " micro-batch", state_.num_accumulation_steps > 1 ? "es" : "",
             " of ", config_.training.local_batch_size, " × ", seq_length_, " tokens per step; peak ",
             peak_flops(num_threads()).description);
@@ -341,6 +341,8 @@ int64_t Trainer::train_step(StepMetrics& m) {
     mesh_->group("tp").all_reduce(t);
   }
   model_->after_optimizer_step();
+  // The MoE monitor on rank 0 sees every stage's layers.
+  if (parallel_->pipeline()) model_->add_tokens_per_expert(gather_over_stages(mesh_->group("pp"), model_->tokens_per_expert()));
   m.skipped = state_.consecutive_skips > 0;
   m.loss = r.loss;
   m.grad_norm = grad_norm;

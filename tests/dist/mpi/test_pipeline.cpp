@@ -14,6 +14,7 @@
 #include "loom/dist/runtime.h"
 #include "loom/optim/grad_norm.h"
 #include "loom/train/causal_lm_model.h"
+#include "loom/train/distributed.h"
 #include "loom/train/pipeline_schedule.h"
 
 namespace loom::dist {
@@ -151,6 +152,16 @@ void check_step(const Layout& l) {
       local, [&](const optim::NamedParam& p) { return parallel->replica_factor(p.name); },
       [&](double v) { return mesh->world().all_reduce_scalar(v); });
   EXPECT_NEAR(got_norm, norm, 1e-6 * norm);
+
+  // The MoE monitor's routing counts: every stage's layers, under the one-process keys (one data
+  // shard and no tp, so no other rank routed other tokens).
+  if (dp == 1 && l.tp == 1) {
+    plain_model.after_optimizer_step();
+    split_model.after_optimizer_step();
+    split_model.add_tokens_per_expert(train::gather_over_stages(mesh->group("pp"), split_model.tokens_per_expert()));
+    EXPECT_EQ(split_model.tokens_per_expert(), plain_model.tokens_per_expert());
+    if (l.section.at("model_type") == "deepseek_v3") EXPECT_EQ(plain_model.tokens_per_expert().size(), 2u);
+  }
 }
 
 TEST(PipelineMpi, TwoStagesMatchOneProcess) {
