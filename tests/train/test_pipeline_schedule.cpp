@@ -136,6 +136,20 @@ TEST(PipelineOrder, BlockingSendsWouldDeadlockTheInterleavedSchedule) {
   EXPECT_FALSE(finished) << "interleaved 1F1B needs its sends in flight";
 }
 
+// The bubble of reference/parallel.md §3.3: the first rank, which ends the step, idles
+// (p - 1)(t_f + t_b) under 1F1B and (p - 1)(t_f + t_b)/v interleaved when each chunk takes 1/v of
+// the stage's time; the last rank only waits for the first forward to reach it (and finishes
+// before the last backward has travelled back).
+TEST(PipelineOrder, ReplayGivesTheBubble) {
+  const PipelineReplay one = replay_pipeline(2, 1, 8, {{1.0}, {1.0}}, {{2.0}, {2.0}});
+  EXPECT_DOUBLE_EQ(one.finish_s[0], 8 * 3.0 + 3.0);
+  EXPECT_DOUBLE_EQ(one.idle_s[0], 3.0);
+  EXPECT_DOUBLE_EQ(one.idle_s[1], 1.0);
+  const PipelineReplay two = replay_pipeline(2, 2, 8, {{0.5, 0.5}, {0.5, 0.5}}, {{1.0, 1.0}, {1.0, 1.0}});
+  EXPECT_DOUBLE_EQ(two.idle_s[0], 1.5);
+  EXPECT_DOUBLE_EQ(two.idle_s[1], 0.5);
+}
+
 TEST(PipelineOrder, CountsTheReferenceCannotRunAreNamed) {
   EXPECT_EQ(config::interleaved_micro_batch_problem(2, 1, 5), "");  // 1F1B runs any count
   EXPECT_EQ(config::interleaved_micro_batch_problem(2, 2, 3), "");  // one round of 3

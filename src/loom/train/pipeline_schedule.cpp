@@ -8,6 +8,7 @@
 
 #include "loom/autograd/engine.h"
 #include "loom/config/parallel_layout.h"
+#include "loom/core/allocator.h"
 #include "loom/core/trace.h"
 #include "loom/ops/elementwise.h"
 #include "loom/ops/reduce.h"
@@ -107,6 +108,54 @@ std::vector<PipelineAction> pipeline_order(int pp, int pp_rank, int chunks, int6
   LOOM_ASSERT(config::interleaved_micro_batch_problem(pp, chunks, micro_batches).empty(),
               config::interleaved_micro_batch_problem(pp, chunks, micro_batches));
   return chunks == 1 ? one_f_one_b(pp, pp_rank, micro_batches) : interleaved(pp, pp_rank, chunks, micro_batches);
+}
+
+PipelineReplay replay_pipeline(int pp, int chunks, int64_t micro_batches,
+                               const std::vector<std::vector<double>>& forward_s,
+                               const std::vector<std::vector<double>>& backward_s) {
+  const int last = pp * chunks - 1;
+  std::vector<std::vector<PipelineAction>> orders;
+  for (int r = 0; r < pp; ++r) orders.push_back(pipeline_order(pp, r, chunks, micro_batches));
+  std::map<std::tuple<int, int, int64_t>, double> end;  // (backward?, virtual stage, micro) -> end time
+  std::vector<size_t> next(static_cast<size_t>(pp), 0);
+  PipelineReplay out;
+  out.finish_s.assign(static_cast<size_t>(pp), 0.0);
+  out.idle_s.assign(static_cast<size_t>(pp), 0.0);
+  std::vector<double> busy(static_cast<size_t>(pp), 0.0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < pp; ++r) {
+      const size_t ri = static_cast<size_t>(r);
+      if (next[ri] == orders[ri].size()) continue;
+      const PipelineAction& a = orders[ri][next[ri]];
+      const int s = a.chunk * pp + r;
+      const bool forward = a.kind == Kind::forward;
+      std::vector<std::tuple<int, int, int64_t>> needs;
+      if (forward && s > 0) needs.push_back({0, s - 1, a.micro_batch});
+      if (!forward && s < last) needs.push_back({1, s + 1, a.micro_batch});
+      double ready = out.finish_s[ri];
+      bool ok = true;
+      for (const auto& n : needs) {
+        auto it = end.find(n);
+        if (it == end.end()) ok = false;
+        else ready = std::max(ready, it->second);
+      }
+      if (!ok) continue;
+      const auto c = static_cast<size_t>(a.chunk);
+      const double d = forward ? forward_s[ri][c] : backward_s[ri][c];
+      end[{forward ? 0 : 1, s, a.micro_batch}] = ready + d;
+      out.finish_s[ri] = ready + d;
+      busy[ri] += d;
+      ++next[ri];
+      progress = true;
+    }
+  }
+  for (int r = 0; r < pp; ++r) {
+    LOOM_ASSERT(next[static_cast<size_t>(r)] == orders[static_cast<size_t>(r)].size(), "replay_pipeline: rank ", r,
+                " cannot finish its actions");
+    out.idle_s[static_cast<size_t>(r)] = out.finish_s[static_cast<size_t>(r)] - busy[static_cast<size_t>(r)];
+  }
+  return out;
 }
 
 // Point-to-point state of the run: the agreed activation shapes and the transfers in flight.
@@ -214,6 +263,8 @@ StepResult PipelineSchedule::run_step(const BatchSource& next_batch) {
 
   times_.compute_s.assign(order_.size(), 0.0);
   times_.wait_s.assign(order_.size(), 0.0);
+  times_.live_bytes.assign(order_.size(), 0);
+  times_.start_bytes = memory_stats().current_bytes;
   for (size_t i = 0; i < order_.size(); ++i) {
     const PipelineAction& a = order_[i];
     const dist::PipelineChunk& c = stage_.chunks()[static_cast<size_t>(a.chunk)];
@@ -271,6 +322,7 @@ StepResult PipelineSchedule::run_step(const BatchSource& next_batch) {
       }
     }
     times_.compute_s[i] = seconds(compute_start);
+    times_.live_bytes[i] = memory_stats().current_bytes;
   }
   {
     LOOM_TRACE("step", "pipeline send wait");

@@ -64,8 +64,22 @@ std::vector<PipelineAction> pipeline_order(int pp, int pp_rank, int chunks, int6
 struct PipelineStepTimes {
   std::vector<double> compute_s;  // per action: the forward or backward compute
   std::vector<double> wait_s;     // per action: blocked on communication before it
+  std::vector<int64_t> live_bytes;  // per action: allocator bytes in use after it
+  int64_t start_bytes = 0;        // allocator bytes in use when the step's first action starts
   double step_s = 0;              // the whole run_step, loss averaging excluded
 };
+
+// The step's timeline predicted from per-chunk compute times, no communication cost: every
+// rank runs pipeline_order, each action starting when its rank is free and its input exists
+// (bench/bench_pipeline compares it with the measured idle time).
+struct PipelineReplay {
+  std::vector<double> finish_s;  // per pp rank: when its last action ends
+  std::vector<double> idle_s;    // per pp rank: finish minus its own compute
+};
+// forward_s[r][c], backward_s[r][c]: rank r's chunk c, one micro-batch.
+PipelineReplay replay_pipeline(int pp, int chunks, int64_t micro_batches,
+                               const std::vector<std::vector<double>>& forward_s,
+                               const std::vector<std::vector<double>>& backward_s);
 
 struct PipelineScheduleOptions {
   bool overlap_p2p = false;  // parallelism.pipeline_parallel_overlap_p2p
