@@ -278,4 +278,8 @@ TEST(ParallelRules, PipelineGaps) {
       << gaps;
   EXPECT_NE(gaps.find("parallelism.pipeline_parallel_schedule: 'gpipe' is not trained by this build"), std::string::npos)
       << gaps;
+  LoadedConfig muon = load("parallelism:\n  pipeline_parallel: 2\ntraining:\n  global_batch_size: 4\n"
+                           "optimizer:\n  type: Muon\n", 2);
+  ASSERT_TRUE(muon.resolved.has_value());
+  EXPECT_NE(joined(muon.resolved->gaps).find("with Muon's QK-clip"), std::string::npos) << joined(muon.resolved->gaps);
 }

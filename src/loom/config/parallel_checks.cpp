@@ -176,6 +176,14 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
     out.unsupported.emplace_back(P + "pipeline_parallel_overlap_b_f",
                                  P + "pipeline_parallel_overlap_b_f: is True, but this build does not interleave one "
                                  "micro-batch's backward with the next one's forward; set it to False");
+  // QK-clip reduces each head's max logit over every rank, which under pp hold other layers.
+  const auto qk_clip = c.optimizer.extras.find("qk_clip_enabled");
+  const bool qk_clip_on = qk_clip == c.optimizer.extras.end() || !qk_clip->is_boolean() || qk_clip->get<bool>();
+  if (p.pipeline_parallel > 1 && c.optimizer.type == "Muon" && qk_clip_on)
+    out.unsupported.emplace_back(P + "pipeline_parallel",
+                                 P + "pipeline_parallel: is " + std::to_string(p.pipeline_parallel) + " with Muon's "
+                                 "QK-clip, which this build reduces over every rank as if each held every layer; "
+                                 "set optimizer.qk_clip_enabled: False, or pipeline_parallel: 1");
   if (p.pipeline_parallel > 1 && lower(p.pipeline_parallel_schedule) == "gpipe")
     out.unsupported.emplace_back(P + "pipeline_parallel_schedule",
                                  P + "pipeline_parallel_schedule: 'gpipe' is not trained by this build; use '1f1b' "

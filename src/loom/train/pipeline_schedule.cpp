@@ -96,6 +96,11 @@ std::vector<std::string> all_extras_keys(dist::ProcessGroup& world, const std::v
   return {names.begin(), names.end()};
 }
 
+dist::PipelineStage& split_model(dist::ParallelModel& parallel) {
+  LOOM_ASSERT(parallel.pipeline() != nullptr, "PipelineSchedule needs a model split into pipeline stages");
+  return *parallel.pipeline();
+}
+
 double seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -168,9 +173,8 @@ struct PipelineSchedule::Channels {
 
 PipelineSchedule::PipelineSchedule(TrainModel& model, dist::ParallelModel& parallel, int64_t micro_batches,
                                    PipelineScheduleOptions options)
-    : model_(model), parallel_(parallel), stage_(*parallel.pipeline()), micro_batches_(micro_batches),
+    : model_(model), parallel_(parallel), stage_(split_model(parallel)), micro_batches_(micro_batches),
       options_(options), channels_(std::make_unique<Channels>()) {
-  LOOM_ASSERT(parallel.pipeline() != nullptr, "PipelineSchedule needs a model split into pipeline stages");
   order_ = pipeline_order(stage_.pp_size(), stage_.pp_rank(), stage_.num_chunks(), micro_batches);
 }
 
