@@ -279,7 +279,8 @@ TEST(ParallelRules, PipelineGaps) {
   EXPECT_NE(gaps.find("parallelism.pipeline_parallel_schedule: 'gpipe' is not trained by this build"), std::string::npos)
       << gaps;
   LoadedConfig muon = load("parallelism:\n  pipeline_parallel: 2\ntraining:\n  global_batch_size: 4\n"
-                           "optimizer:\n  type: Muon\n", 2);
+                           "optimizer:\n  type: Muon\nmodel:\n  model_type: deepseek_v3\n  num_hidden_layers: 4\n"
+                           "  multi_latent_attention: True\n", 2);
   ASSERT_TRUE(muon.resolved.has_value());
   EXPECT_NE(joined(muon.resolved->gaps).find("with Muon's QK-clip"), std::string::npos) << joined(muon.resolved->gaps);
 }
