@@ -36,7 +36,7 @@ if p:
     print("    chunk forward s %s, backward s %s" % (
         [[round(x, 4) for x in c] for c in p["chunk_forward_s"]], [[round(x, 4) for x in c] for c in p["chunk_backward_s"]]))
     print("    rank 0 activations in flight at most %.2f MiB; in-flight bound %d chunk micro-batches x %.2f MiB = %.2f MiB; "
-          "all m*v: %.2f MiB; allocator peak above the step's end %.2f MiB (with backward's transients)" % (
+          "all m*v: %.2f MiB; allocator peak above the step end %.2f MiB (with the backward transients)" % (
         p["in_flight_peak_bytes"] / 2**20, p["in_flight_bound"], p["chunk_activation_bytes"] / 2**20,
         p["in_flight_bound_bytes"] / 2**20, p["all_micro_batches_bytes"] / 2**20, r["activation_peak_bytes"] / 2**20))
 else:

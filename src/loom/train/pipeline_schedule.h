@@ -30,7 +30,8 @@
 // interleaving), while a send in flight only needs the peer to get there eventually, which the
 // data dependencies guarantee. Without pipeline_parallel_overlap_p2p a receive is posted when its
 // action starts and waited on at once; with it, the next action's receive is also posted before
-// this action's compute, so its transfer can complete while this rank computes. On CPU the
+// this action's compute, so its transfer can complete while this rank computes (its buffer,
+// one activation, is held one action longer). On CPU the
 // transfers are memcpys through shared memory (or loopback TCP) driven by MPI's progress engine
 // in the comm thread; what overlap can hide is the receive's copy and its matching latency,
 // not a neighbour's late compute. bench/bench_pipeline measures both.
