@@ -295,3 +295,45 @@ TEST(ParallelLimits, ContextParallelLoomRules) {
   EXPECT_NE(warnings(cp2 + "  context_parallel_async: true\n" + model).find("context_parallel_async: has no effect"),
             std::string::npos);
 }
+
+// Pipeline parallelism trains; the schedule's micro-batches are the accumulation steps, and the
+// counts interleaved 1F1B cannot run (the reference's m % max(1, m // p) rule) stop at start-up.
+TEST(ParallelRules, PipelineMicroBatchCounts) {
+  LoadedConfig ok = load("parallelism:\n  pipeline_parallel: 2\ntraining:\n  global_batch_size: 8\n", 2);
+  ASSERT_TRUE(ok.resolved.has_value());
+  EXPECT_EQ(joined(ok.resolved->gaps).find("pipeline_parallel"), std::string::npos) << joined(ok.resolved->gaps);
+  EXPECT_EQ(ok.resolved->layout.num_accumulation_steps, 8);
+  EXPECT_EQ(ok.resolved->layout.pipeline->stages[1].layers, (LayerRange{4, 7}));
+
+  EXPECT_NE(warnings("parallelism:\n  pipeline_parallel: 4\ntraining:\n  global_batch_size: 2\n", 4)
+                .find("training.global_batch_size: gives 2 micro-batches per step, fewer than the 4 pipeline stages"),
+            std::string::npos);
+  const std::string e = errors("parallelism:\n  pipeline_parallel: 2\n  pipeline_parallel_interleave_num: 2\n"
+                               "training:\n  global_batch_size: 5\n", 2);
+  EXPECT_NE(e.find("training.global_batch_size: the interleaved 1F1B schedule (pipeline_parallel_interleave_num 2) "
+                   "runs the 5 micro-batches of a step in 2 rounds"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("change global_batch_size or local_batch_size"), std::string::npos) << e;
+  EXPECT_EQ(errors("parallelism:\n  pipeline_parallel: 2\n  pipeline_parallel_interleave_num: 2\n"
+                   "training:\n  global_batch_size: 6\n", 2),
+            "");
+}
+
+// What the pipeline schedule does not do yet stops at start-up (check-config accepts it).
+TEST(ParallelRules, PipelineGaps) {
+  LoadedConfig c = load("parallelism:\n  pipeline_parallel: 2\n  pipeline_parallel_overlap_b_f: true\n"
+                        "  pipeline_parallel_schedule: gpipe\ntraining:\n  global_batch_size: 4\n", 2);
+  ASSERT_TRUE(c.resolved.has_value());
+  const std::string gaps = joined(c.resolved->gaps);
+  EXPECT_NE(gaps.find("parallelism.pipeline_parallel_overlap_b_f: is True, but this build does not interleave"),
+            std::string::npos)
+      << gaps;
+  EXPECT_NE(gaps.find("parallelism.pipeline_parallel_schedule: 'gpipe' is not trained by this build"), std::string::npos)
+      << gaps;
+  LoadedConfig muon = load("parallelism:\n  pipeline_parallel: 2\ntraining:\n  global_batch_size: 4\n"
+                           "optimizer:\n  type: Muon\nmodel:\n  model_type: deepseek_v3\n  num_hidden_layers: 4\n"
+                           "  multi_latent_attention: True\n", 2);
+  ASSERT_TRUE(muon.resolved.has_value());
+  EXPECT_NE(joined(muon.resolved->gaps).find("with Muon's QK-clip"), std::string::npos) << joined(muon.resolved->gaps);
+}

@@ -17,12 +17,15 @@ layout; runs go through mpirun exactly as users start them.
            EOD-packed data (reset_position_ids/reset_attention_mask,
            compressed EOD mask): step 1 within 1e-6 relative, 20-step curves within 1e-5; a cp 2
            checkpoint resumed at cp 1 and cp 4.
+  pipeline pp 2/3/4 (1F1B), an uneven layer list, interleaved v 2, overlap_p2p, pp x fsdp, pp x tp,
+           tied embeddings, DeepSeek-V3 with MTP at pp 2: step-1 loss within 1e-6 relative, 20-step
+           curves within 1e-5; checkpoints saved by pp 2 resume under one process, pp 4 and v 2.
   launch   `loom launch -n 2 -- train ...` trains like mpirun; layout errors end every rank quickly
            with the message (parallel_training.md "Parallelism Configuration Limitations").
   expert   expert parallelism on Qwen3-MoE and DeepSeek-V3: ep 2 and 4 with FSDP, efsdp, ep x tp
            (ep <= tp and ep > tp); curves within 1e-5, an ep 4 checkpoint resumed elsewhere, Muon.
 
-usage: parity_test.py --loom PATH --mpirun PATH --case curves|resume|launch|moe|tensor|muon|context|expert [--keep DIR]
+usage: parity_test.py --loom PATH --mpirun PATH --case curves|resume|launch|moe|tensor|muon|context|expert|pipeline [--keep DIR]
 """
 import argparse
 import json
@@ -531,6 +534,63 @@ def context(args, work):
     compare("saved by cp2, resumed by cp4", got, ref, 1e-5, first=11)
 
 
+# Pipeline parallelism (dist/pipeline.h, train/pipeline_schedule.h): 4 layers so pp 2 and 4 split
+# them evenly and pp 3 takes an explicit list.
+LLAMA_PP = LLAMA.replace("num_hidden_layers: 3", "num_hidden_layers: 4")
+
+
+def pipeline(args, work):
+    """Every stage layout against one process: the loss comes from the last stage (every rank logs
+    it), the grad norm sums the stages, the tied or MTP-shared embedding's grad sums the first and
+    last stage. Step 1 within 1e-6 relative (the shared embedding's grad is a sum of two stages' parts
+    in another order), 20-step curves within 1e-5."""
+    def pp(n, extra=""):
+        return "\n  pipeline_parallel: %d%s" % (n, extra)
+    def layers(*stages):
+        return "\n  pipeline_parallel_layers_per_stage: [%s]" % ", ".join('"%s"' % s for s in stages)
+
+    def check(name, got, ref, ref_name):
+        rel = abs(got[1] - ref[1]) / abs(ref[1])
+        if rel > 1e-6:
+            raise SystemExit("FAIL: %s step-1 loss %.17g vs one process %.17g" % (name, got[1], ref[1]))
+        g, r = GRAD_NORMS[(name, 1)], GRAD_NORMS[(ref_name, 1)]
+        if abs(g - r) > 1e-6 * r:
+            raise SystemExit("FAIL: %s step-1 grad norm %.17g vs one process %.17g" % (name, g, r))
+        compare(name, got, ref, 1e-5)
+
+    ref, ref_dir = run(args, work, "pp_one_process", 1, save=True, model=LLAMA_PP)
+    layouts = [("pp2", 2, pp(2)), ("pp3_list", 3, pp(3, layers("0", "1-2", "3"))),
+               ("pp4", 4, pp(4)), ("pp2_uneven", 2, pp(2, layers("0", "1-3"))),
+               ("pp2_v2", 2, pp(2, "\n  pipeline_parallel_interleave_num: 2")),
+               ("pp2_overlap_p2p", 2, pp(2, "\n  pipeline_parallel_overlap_p2p: True")),
+               ("pp2_fsdp2", 4, pp(2)), ("pp2_tp2", 4, pp(2, "\n  tensor_parallel: 2"))]
+    for name, world, extra in layouts:
+        got, _ = run(args, work, name, world, parallel_extra=extra, model=LLAMA_PP)
+        check(name, got, ref, "pp_one_process")
+    for arch, model in (("qwen3_tied", QWEN3_TP), ("deepseek_v3_mtp", DEEPSEEK)):
+        arch_ref, _ = run(args, work, arch + "_one_process", 1, model=model)
+        got, _ = run(args, work, arch + "_pp2", 2, parallel_extra=pp(2), model=model)
+        check(arch + "_pp2", got, arch_ref, arch + "_one_process")
+    # Each stage saves its own layers under their global names; any layout resumes them.
+    saved, saved_dir = run(args, work, "pp2_saving", 2, save=True, parallel_extra=pp(2), model=LLAMA_PP)
+    compare("pp2 (saving)", saved, ref, 1e-5)
+    ckpt = os.path.join(saved_dir, "checkpoints", "iteration_00000010")
+    with open(os.path.join(ckpt, "metadata.json")) as f:
+        meta = json.load(f)["state_dict_metadata"]
+    for needed in ("embedding.word_embeddings.weight", "decoder.layers.0.mlp.linear_fc1.weight",
+                   "decoder.layers.3.mlp.linear_fc1.weight", "output_layer.weight"):
+        if needed not in meta:
+            raise SystemExit("FAIL: the pp2 checkpoint's metadata.json lacks %s" % needed)
+    for name, world, extra in (("resume_pp2_to_1", 1, ""), ("resume_pp2_to_pp4", 4, pp(4)),
+                               ("resume_pp2_to_list", 2, pp(2, layers("0-2", "3")))):
+        got, _ = run(args, work, name, world, load_path=ckpt, parallel_extra=extra, model=LLAMA_PP)
+        compare(name, got, ref, 1e-5, first=11)
+    got, _ = run(args, work, "resume_1_to_pp2_v2", 2,
+                 load_path=os.path.join(ref_dir, "checkpoints", "iteration_00000010"),
+                 parallel_extra=pp(2, "\n  pipeline_parallel_interleave_num: 2"), model=LLAMA_PP)
+    compare("resume_1_to_pp2_v2", got, ref, 1e-5, first=11)
+
+
 def launch(args, work):
     dry = subprocess.run([args.loom, "launch", "-n", "3", "--dry-run", "--", "train", "--config", "x.yaml"],
                          env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
@@ -548,8 +608,8 @@ def launch(args, work):
     # Layout and start-up errors: every rank exits non-zero at once, with the message naming the
     # field; an update that makes the weights non-finite stops every rank at the same step.
     cases = [("batch_too_small", "local_batch_size: 2", "local_batch_size: 8", "global_batch_size", {}),
-             ("pipeline_parallel", "data_parallel_shard: -1", "data_parallel_shard: -1\n  pipeline_parallel: 2\n"
-              "  pipeline_parallel_layers_per_stage: ['0-1', '2']", "parallelism.pipeline_parallel: is 2, but this build trains", {}),
+             ("pipeline_gpipe", "data_parallel_shard: -1", "data_parallel_shard: -1\n  pipeline_parallel: 2\n"
+              "  pipeline_parallel_schedule: gpipe", "parallelism.pipeline_parallel_schedule: 'gpipe' is not trained", {}),
              ("shard_misfit", "data_parallel_shard: -1", "data_parallel_shard: 4",
               "parallelism.data_parallel_shard: is 4 but the inferred shard degree is 2", {}),
              ("memory_misfit", "data_parallel_shard: -1", "data_parallel_shard: -1", "the run needs at least",
@@ -580,8 +640,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--loom", required=True)
     ap.add_argument("--mpirun", default="mpirun")
-    ap.add_argument("--case", choices=["curves", "resume", "launch", "moe", "tensor", "muon", "context", "expert"],
-                    required=True)
+    ap.add_argument("--case", choices=["curves", "resume", "launch", "moe", "tensor", "muon", "context", "expert",
+                                       "pipeline"], required=True)
     ap.add_argument("--keep", default="")
     args = ap.parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="loom-parity-")
@@ -589,7 +649,7 @@ def main():
     try:
         write_data(os.path.join(work, "data"))
         {"curves": curves, "resume": resume, "launch": launch, "moe": moe, "tensor": tensor, "muon": muon,
-         "context": context, "expert": expert}[args.case](args, work)
+         "context": context, "expert": expert, "pipeline": pipeline}[args.case](args, work)
         print("PASS")
     finally:
         if not args.keep:

@@ -1,6 +1,8 @@
 // parallelism rules that hold for every world size: parallel_training.md ("Parallelism
 // Configuration Limitations", CP methods, mask compression, EP dispatcher, SP) and the
 // reference ParallelismConfig.__post_init__.
+#include <cctype>
+
 #include "loom/config/checks.h"
 #include "loom/config/layer_spec.h"
 
@@ -15,6 +17,11 @@ void one_of(const std::string& value, const std::vector<std::string>& allowed, c
   std::string list;
   for (std::size_t i = 0; i < allowed.size(); ++i) list += (i ? ", " : "") + ("'" + allowed[i] + "'");
   diag.error(path, "must be one of " + list + ", got '" + value + "'" + did_you_mean(value, allowed));
+}
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
 }
 
 }  // namespace
@@ -198,17 +205,27 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
   if (cp > 1 && p.context_parallel_async)
     diag.warn(P + "context_parallel_async", "has no effect in this build: the colossal ring always overlaps its "
                                             "transfers with compute, and Ulysses' all-to-alls are blocking");
-  if (p.pipeline_parallel > 1)
-    out.unsupported.emplace_back(P + "pipeline_parallel",
-                                 P + "pipeline_parallel: is " + std::to_string(p.pipeline_parallel) +
-                                     ", but this build trains data, tensor, context and expert parallelism only "
-                                     "(FSDP/HSDP through data_parallel_shard, tensor_parallel, context_parallel and "
-                                     "expert_parallel); set pipeline_parallel: 1");
   if (p.expert_parallel > 1 && p.moe_token_dispatcher_type == "alltoall_deredundancy")
     out.unsupported.emplace_back(P + "moe_token_dispatcher_type",
                                  P + "moe_token_dispatcher_type: is 'alltoall_deredundancy', but this build dispatches "
                                      "expert-parallel tokens with 'alltoall' only; set moe_token_dispatcher_type: "
                                      "alltoall");
+  if (p.pipeline_parallel > 1 && p.pipeline_parallel_overlap_b_f)
+    out.unsupported.emplace_back(P + "pipeline_parallel_overlap_b_f",
+                                 P + "pipeline_parallel_overlap_b_f: is True, but this build does not interleave one "
+                                 "micro-batch's backward with the next one's forward; set it to False");
+  // QK-clip reduces each head's max logit over every rank, which under pp hold other layers.
+  const auto qk_clip = c.optimizer.extras.find("qk_clip_enabled");
+  const bool qk_clip_on = qk_clip == c.optimizer.extras.end() || !qk_clip->is_boolean() || qk_clip->get<bool>();
+  if (p.pipeline_parallel > 1 && c.optimizer.type == "Muon" && qk_clip_on)
+    out.unsupported.emplace_back(P + "pipeline_parallel",
+                                 P + "pipeline_parallel: is " + std::to_string(p.pipeline_parallel) + " with Muon's "
+                                 "QK-clip, which this build reduces over every rank as if each held every layer; "
+                                 "set optimizer.qk_clip_enabled: False, or pipeline_parallel: 1");
+  if (p.pipeline_parallel > 1 && lower(p.pipeline_parallel_schedule) == "gpipe")
+    out.unsupported.emplace_back(P + "pipeline_parallel_schedule",
+                                 P + "pipeline_parallel_schedule: 'gpipe' is not trained by this build; use '1f1b' "
+                                 "(or 'interleaved_1f1b' with pipeline_parallel_interleave_num > 1)");
   out.degrees_valid = degrees_ok && shard_ok;
   if (degrees_ok) out.pipeline = plan_pipeline(p, known_size(model.num_layers), c, diag);
   return out;

@@ -88,6 +88,16 @@ void check_rampup(const TrainConfig& c, std::int64_t base, Diagnostics& diag) {
 
 }  // namespace
 
+std::string interleaved_micro_batch_problem(int pp, int chunks, std::int64_t micro_batches) {
+  if (chunks <= 1 || pp <= 1) return "";
+  const std::int64_t rounds = std::max<std::int64_t>(1, micro_batches / pp);
+  if (micro_batches % rounds == 0) return "";
+  return "the interleaved 1F1B schedule (pipeline_parallel_interleave_num " + std::to_string(chunks) + ") runs the " +
+         std::to_string(micro_batches) + " micro-batches of a step in " + std::to_string(rounds) +
+         " rounds (micro-batches // pipeline_parallel " + std::to_string(pp) + "), so their count must be a "
+         "multiple of " + std::to_string(rounds) + " or below pipeline_parallel";
+}
+
 namespace detail {
 
 std::optional<ParallelLayout> resolve_layout(const TrainConfig& c, int world_size, std::optional<PipelinePlan> pipeline,
@@ -155,8 +165,24 @@ std::optional<ParallelLayout> resolve_layout(const TrainConfig& c, int world_siz
                                                                " does not exist in a world of " +
                                                                std::to_string(world_size) + " ranks");
 
-  // The pipeline stages do not depend on the world size: check_parallelism placed them.
+  // The pipeline stages do not depend on the world size: check_parallelism placed them. The
+  // schedule runs the accumulation steps as its micro-batches, which do.
   layout.pipeline = std::move(pipeline);
+  if (layout.pipeline && layout.pipeline->pipeline_parallel > 1) {
+    const int pp = layout.pipeline->pipeline_parallel;
+    const std::int64_t m = layout.num_accumulation_steps;
+    const std::string problem = interleaved_micro_batch_problem(pp, layout.pipeline->interleave_num, m);
+    if (!problem.empty())
+      diag.error("training.global_batch_size",
+                 problem + "; micro-batches per step = global_batch_size / (data_parallel x local_batch_size) = " +
+                     std::to_string(m) + ": change global_batch_size or local_batch_size");
+    else if (m < pp)
+      diag.warn("training.global_batch_size",
+                "gives " + std::to_string(m) + " micro-batch" + (m == 1 ? "" : "es") + " per step, fewer than the " +
+                    std::to_string(pp) + " pipeline stages: most stages idle most of the step (the pipeline bubble); "
+                    "raise global_batch_size to at least " + std::to_string(pp) + " x data_parallel x "
+                    "local_batch_size");
+  }
   return layout;
 }
 

@@ -34,4 +34,9 @@ dist::ParallelDegrees parallel_degrees(const ParallelismConfig& parallelism);
 // parallelism rules check) do not fit `world_size` ranks, in the spec's words; empty when they fit.
 std::vector<std::string> world_size_problems(int world_size, const dist::ParallelDegrees& degrees);
 
+// Why the interleaved 1F1B schedule (chunks > 1) cannot run `micro_batches` per step over `pp`
+// ranks, empty when it can: it runs them in rounds of m / max(1, m / pp), so m must be a
+// multiple of the number of rounds (the reference's ScheduleInterleaved1F1B rule).
+std::string interleaved_micro_batch_problem(int pp, int chunks, std::int64_t micro_batches);
+
 }  // namespace loom::config

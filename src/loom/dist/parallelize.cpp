@@ -10,7 +10,6 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, std::shared_ptr<De
                                            const ParallelizeOptions& options) {
   LOOM_CHECK(mesh != nullptr, ValueError, "parallelize: the device mesh is null");
   const ParallelDims& dims = mesh->dims();
-  LOOM_ASSERT(dims.pp() == 1, "pipeline parallelism is rejected when the configuration is resolved");
   auto parallel = std::unique_ptr<ParallelModel>(new ParallelModel());
   parallel->module_ = &model;
   parallel->mesh_ = mesh;
@@ -19,7 +18,7 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, std::shared_ptr<De
   if (dims.tp() > 1) apply_tensor_parallel(model, *mesh);
   if (dims.cp() > 1) apply_context_parallel(model, *mesh, options.context);
   const bool expert_parallel = dims.ep() > 1 && apply_expert_parallel(model, *mesh) > 0;
-  // The PP stage split attaches here as its strategy lands.
+  if (dims.pp() > 1) parallel->pipeline_ = apply_pipeline(model, *mesh, options.pipeline);
 
   if (options.memory_policy) options.memory_policy(model);
 
@@ -65,11 +64,14 @@ void ParallelModel::zero_grad() {
 
 void ParallelModel::finish_backward() {
   if (fsdp_) fsdp_->finish_backward();
+  if (pipeline_) pipeline_->reduce_shared_grads();
 }
 
 double ParallelModel::replica_factor(const std::string& param) const {
   auto it = params_.find(param);
-  return it == params_.end() ? 1.0 : static_cast<double>(mesh_->replica_factor(it->second->placement));
+  if (it == params_.end()) return 1.0;
+  const int stages = pipeline_ ? pipeline_->shared_copies(param) : 1;
+  return static_cast<double>(mesh_->replica_factor(it->second->placement) * stages);
 }
 
 CachingAllocator* ParallelModel::optimizer_state_pool() const {

@@ -3,14 +3,13 @@
 //
 //   TP/SP → CP → EP → PP stage split → memory policy (recompute/swap) → FSDP/HSDP
 //
-// (tensor_parallel.h, expert_parallel.h and fsdp.h explain theirs.)
+// (tensor_parallel.h, context_parallel.h, expert_parallel.h, pipeline.h and fsdp.h explain theirs.)
 //
 // Each strategy is one file of dist/ that rewrites the model from outside (it replaces a
 // parameter by its slice and records the split in Parameter::placement, or wraps module
 // forwards and named operations); the model files know nothing of it. A strategy is applied when
 // its mesh axis has more than one rank, so one process — a mesh of size one — goes through this
-// same function and gets the plain model back. Pipeline parallelism is rejected when the
-// configuration is resolved until its strategy exists; the memory policy
+// same function and gets the plain model back. The memory policy
 // comes in as a function because memory/ sits below dist/ in the layering.
 //
 // The ParallelModel it returns is everything the training step needs from the layout, asked the
@@ -30,6 +29,7 @@
 #include "loom/dist/context_parallel.h"
 #include "loom/dist/device_mesh.h"
 #include "loom/dist/fsdp.h"
+#include "loom/dist/pipeline.h"
 #include "loom/nn/module.h"
 
 namespace loom::dist {
@@ -37,6 +37,8 @@ namespace loom::dist {
 struct ParallelizeOptions {
   FsdpOptions fsdp;
   ContextParallelOptions context;
+  // The layers of every virtual stage; used when the mesh's pp axis has more than one rank.
+  PipelineLayout pipeline;
   // Installs recompute/swap on the model (memory::apply_memory_plan): after the model-splitting
   // strategies, before FSDP, so FSDP's gathers wrap the recomputed forwards.
   std::function<void(nn::Module&)> memory_policy;
@@ -49,6 +51,8 @@ class ParallelModel {
   const std::shared_ptr<DeviceMesh>& mesh_ptr() const { return mesh_; }
   // The FSDP wrapper when data-parallel grads are reduced (memory and traffic statistics), else null.
   FullyShardedModel* fsdp() { return fsdp_.get(); }
+  // This rank's pipeline stage when pp > 1 (its chunks, the peers), else null.
+  PipelineStage* pipeline() { return pipeline_.get(); }
 
   // Initialises every parameter's local tensor when the model was built on the meta device
   // (nn::initialize_parameter: the one-process weights, whatever the layout), and meta buffers.
@@ -58,7 +62,8 @@ class ParallelModel {
   void load_full_state_dict(const std::map<std::string, Tensor>& state, const std::string& source);
 
   // Start of a step: no grads anywhere. End of its last backward: every grad reduced, every
-  // gathered parameter freed; the grads the optimizer sees are final.
+  // gathered parameter freed, the pipeline's shared embedding summed over its two stages; the
+  // grads the optimizer sees are final.
   void zero_grad();
   void finish_backward();
   // The factor the loss needs before backward so that reduced grads are the mean over the
@@ -67,7 +72,8 @@ class ParallelModel {
   // tensor and context parallelism replicate counted once: tensor_parallel.h,
   // context_parallel.h). 1 on one process.
   double backward_scale() const { return backward_scale_; }
-  // Ranks holding the same local grad of `param` (1 for a name it does not know: buffers).
+  // Ranks holding the same local grad of `param` (1 for a name it does not know: buffers); the
+  // pipeline's shared embedding counts its two stages.
   double replica_factor(const std::string& param) const;
   // Where the optimizer's state belongs when not in device memory: the host pool with FSDP's
   // cpu_offload (beside the sharded parameters and grads), else null.
@@ -83,6 +89,7 @@ class ParallelModel {
   double backward_scale_ = 1.0;
   std::map<std::string, nn::Parameter*> params_;
   std::shared_ptr<FullyShardedModel> fsdp_;
+  std::shared_ptr<PipelineStage> pipeline_;
 };
 
 std::unique_ptr<ParallelModel> parallelize(nn::Module& model, std::shared_ptr<DeviceMesh> mesh,

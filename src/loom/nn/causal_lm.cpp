@@ -37,6 +37,14 @@ std::vector<TransformerLayer*> TransformerBlock::layers() {
   return out;
 }
 
+void TransformerBlock::keep_parts(const std::function<bool(int64_t layer)>& keep_layer, bool final_norm) {
+  layers_->retain([&keep_layer](size_t i) { return keep_layer(static_cast<int64_t>(i)); });
+  if (!final_norm && final_layernorm_) {
+    unregister_module("final_layernorm");
+    final_layernorm_ = nullptr;
+  }
+}
+
 Tensor TransformerBlock::forward(const Tensor& x, const Tensor& position_ids, const Tensor& doc_ends) {
   return invoke({x, position_ids, doc_ends}, [this](const std::vector<Tensor>& in) {
     Tensor h = in[0];
@@ -119,21 +127,46 @@ void CausalLM::update_expert_biases() {
   }
 }
 
-Tensor CausalLM::main_hidden(const Tensor& input_ids, const Tensor& position_ids, const Tensor& doc_ends,
-                             Tensor* embeds) {
-  LOOM_CHECK(input_ids.defined() && input_ids.dim() == 2, ShapeError, "CausalLM: input_ids must be [batch, seq], got ",
-             input_ids.defined() ? input_ids.shape().str() : std::string("an undefined tensor"));
-  Tensor e = embedding_->forward(input_ids);
-  if (embeds) *embeds = e;
-  return decoder_->forward(e, position_ids, doc_ends);
+Tensor CausalLM::main_hidden(const Tensor& input_ids, const Tensor& position_ids, const Tensor& doc_ends) {
+  return decoder_->forward(embed(input_ids), position_ids, doc_ends);
 }
 
 Tensor CausalLM::logits(const Tensor& input_ids, const Tensor& position_ids, const Tensor& doc_ends) {
-  Tensor h = decoder_->final_layernorm().forward(main_hidden(input_ids, position_ids, doc_ends, nullptr));
+  Tensor h = decoder_->final_layernorm().forward(main_hidden(input_ids, position_ids, doc_ends));
   return ops::linear(h, head_weight(h.dtype()));
 }
 
+void CausalLM::keep_parts(const std::function<bool(int64_t layer)>& keep_layer, bool embedding, bool head) {
+  decoder_->keep_parts(keep_layer, head);
+  if (!head) {
+    if (output_layer_) unregister_module("output_layer");
+    if (mtp_) unregister_module("mtp");
+    output_layer_ = nullptr;
+    mtp_ = nullptr;
+  }
+  if (!embedding && !(head && head_uses_embedding())) {
+    unregister_module("embedding");
+    embedding_ = nullptr;
+  }
+}
+
+Tensor CausalLM::embed(const Tensor& input_ids) {
+  LOOM_CHECK(input_ids.defined() && input_ids.dim() == 2, ShapeError, "CausalLM: input_ids must be [batch, seq], got ",
+             input_ids.defined() ? input_ids.shape().str() : std::string("an undefined tensor"));
+  return embedding_->forward(input_ids);
+}
+
 LMOutput CausalLM::forward(const LMBatch& b, const ForwardOptions& options) {
+  LMOutput out = head(main_hidden(b.input_ids, b.position_ids, b.doc_ends), b, options);
+  for (MoELayer* m : moe_layers()) {
+    const Tensor& a = m->last_aux_loss();
+    if (!a.defined()) continue;
+    out.aux_loss = out.aux_loss.defined() ? ops::add(out.aux_loss, a) : a.clone();
+  }
+  return out;
+}
+
+LMOutput CausalLM::head(const Tensor& hidden, const LMBatch& b, const ForwardOptions& options) {
   LOOM_CHECK(b.labels.defined() && b.labels.shape() == b.input_ids.shape(), ShapeError,
              "CausalLM: labels ", b.labels.defined() ? b.labels.shape().str() : std::string("(undefined)"),
              " must have the shape of input_ids ", b.input_ids.shape().str());
@@ -141,8 +174,7 @@ LMOutput CausalLM::forward(const LMBatch& b, const ForwardOptions& options) {
              "CausalLM: loss_mask ", b.loss_mask.shape().str(), " must have the shape of input_ids ",
              b.input_ids.shape().str());
   LMOutput out;
-  Tensor h = main_hidden(b.input_ids, b.position_ids, b.doc_ends, nullptr);
-
+  Tensor h = hidden;
   auto mtp = mtp_layers();
   if (!mtp.empty()) {
     // Depth k predicts t_{i+k+1}: ids, labels, mask (and explicit positions) shift left k times.
@@ -168,12 +200,6 @@ LMOutput CausalLM::forward(const LMBatch& b, const ForwardOptions& options) {
 
   Tensor hn = decoder_->final_layernorm().forward(h);
   out.loss = head_loss_(hn, head_weight(hn.dtype()), b.labels, b.loss_mask, options.head_grads_in_forward);
-
-  for (MoELayer* m : moe_layers()) {
-    const Tensor& a = m->last_aux_loss();
-    if (!a.defined()) continue;
-    out.aux_loss = out.aux_loss.defined() ? ops::add(out.aux_loss, a) : a.clone();
-  }
   return out;
 }
 

@@ -42,6 +42,10 @@ class TransformerBlock : public Module {
   Tensor forward(const Tensor& x, const Tensor& position_ids, const Tensor& doc_ends);
   std::vector<TransformerLayer*> layers();
   Norm& final_layernorm() { return *final_layernorm_; }
+  bool has_final_layernorm() const { return final_layernorm_ != nullptr; }
+  // Keeps the layers whose index `keep_layer` accepts (they keep their names and indices), and
+  // the final norm when `final_norm`: what a pipeline stage holds (CausalLM::keep_parts).
+  void keep_parts(const std::function<bool(int64_t layer)>& keep_layer, bool final_norm);
 
  private:
   std::shared_ptr<ModuleList> layers_;
@@ -71,6 +75,24 @@ class CausalLM : public Module {
   const TransformerConfig& config() const { return config_; }
 
   LMOutput forward(const LMBatch& batch, const ForwardOptions& options = {});
+
+  // The three parts forward() runs, for a caller that runs them apart (a pipeline stage runs
+  // the part it holds on the hidden state another stage computed):
+  //   forward(b) = head(decoder layers(embed(b.input_ids)), b), plus the balance losses
+  Tensor embed(const Tensor& input_ids);
+  // Hidden [B, S, D] before final_layernorm → the MTP layers, the final norm and the heads'
+  // losses (LMOutput without aux_loss, which the layers that ran form).
+  LMOutput head(const Tensor& hidden, const LMBatch& batch, const ForwardOptions& options);
+  // Keeps only the parts one pipeline stage holds, dropping the rest from every listing (names
+  // stay global: "decoder.layers.5" is still that on the stage holding layer 5): the decoder
+  // layers `keep_layer` accepts, the embedding when `embedding`, and with `head` the final norm,
+  // output layer and MTP layers. head() needs the embedding when the output weight is tied to
+  // it or MTP embeds its shifted inputs, so then the embedding stays with the head too.
+  void keep_parts(const std::function<bool(int64_t layer)>& keep_layer, bool embedding, bool head);
+  bool has_embedding() const { return embedding_ != nullptr; }
+  bool has_head() const { return decoder_->has_final_layernorm(); }
+  // Whether head() reads the embedding (tied output weight or MTP).
+  bool head_uses_embedding() const { return config_.tie_word_embeddings || config_.mtp_num_layers > 0; }
   // Full logits [B, S, V] of the main head (evaluation and tests; training uses forward()).
   Tensor logits(const Tensor& input_ids, const Tensor& position_ids = Tensor(),
                 const Tensor& doc_ends = Tensor());
@@ -99,8 +121,7 @@ class CausalLM : public Module {
   void update_expert_biases();
 
  private:
-  Tensor main_hidden(const Tensor& input_ids, const Tensor& position_ids, const Tensor& doc_ends,
-                     Tensor* embeds);
+  Tensor main_hidden(const Tensor& input_ids, const Tensor& position_ids, const Tensor& doc_ends);
   Tensor head_weight(DType dtype);
 
   TransformerConfig config_;

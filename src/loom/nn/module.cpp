@@ -23,6 +23,27 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> module) 
   children_.emplace_back(name, std::move(module));
 }
 
+void Module::unregister_module(const std::string& name) {
+  for (auto it = children_.begin(); it != children_.end(); ++it)
+    if (it->first == name) {
+      children_.erase(it);
+      return;
+    }
+  LOOM_CHECK(false, ValueError, type_name_, ": no submodule named '", name, "' to remove");
+}
+
+void ModuleList::retain(const std::function<bool(size_t index)>& keep) {
+  // children() lists the items in append order, like items_.
+  std::vector<std::shared_ptr<Module>> kept;
+  std::vector<std::string> names;
+  for (auto& [name, child] : children()) names.push_back(name);
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (keep(static_cast<size_t>(std::stoul(names[i])))) kept.push_back(items_[i]);
+    else unregister_module(names[i]);
+  }
+  items_ = std::move(kept);
+}
+
 Parameter& Module::register_parameter(const std::string& name, const Shape& shape, DType dtype, Init init,
                                       Device device, std::optional<bool> weight_decay) {
   for (auto& [n, p] : params_)

@@ -143,6 +143,9 @@ class Module {
   std::vector<Tensor> invoke(const std::vector<Tensor>& inputs, const TensorFn& body);
   Tensor invoke1(const Tensor& input, const std::function<Tensor(const Tensor&)>& body);
   void register_operation(const std::string& name);
+  // Drops a submodule (its parameters, buffers and children leave every named_* listing): a
+  // model that lets a strategy keep part of it (a pipeline stage) removes the rest with this.
+  void unregister_module(const std::string& name);
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> module);
@@ -167,14 +170,19 @@ class ModuleList : public Module {
   ModuleList() : Module("ModuleList") {}
   template <typename M>
   std::shared_ptr<M> append(std::shared_ptr<M> module) {
+    LOOM_CHECK(items_.size() == next_index_, ValueError, "ModuleList: append after retain() would reuse a name");
     items_.push_back(module);
-    return register_module(std::to_string(items_.size() - 1), module);
+    return register_module(std::to_string(next_index_++), module);
   }
   size_t size() const { return items_.size(); }
   const std::shared_ptr<Module>& at(size_t i) const { return items_.at(i); }
+  // Keeps the items whose index (the name they were appended under) `keep` accepts; the kept
+  // items keep their names, so "layers.5" stays "layers.5" when layers 0-4 go.
+  void retain(const std::function<bool(size_t index)>& keep);
 
  private:
   std::vector<std::shared_ptr<Module>> items_;
+  size_t next_index_ = 0;
 };
 
 }  // namespace loom::nn

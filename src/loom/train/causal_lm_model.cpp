@@ -28,9 +28,8 @@ void check_token_ids(const Tensor& ids, int64_t vocab_size, const char* what) {
 }
 }  // namespace
 
-ForwardResult CausalLMModel::forward(const data::Batch& batch, const nn::ForwardOptions& options) {
-  check_token_ids(batch.input_ids, args_.vocab_size, "token id");
-  check_token_ids(batch.labels, args_.vocab_size, "label id");
+namespace {
+nn::LMBatch lm_batch(const data::Batch& batch) {
   nn::LMBatch lm;
   lm.input_ids = batch.input_ids;
   lm.labels = batch.labels;
@@ -41,25 +40,79 @@ ForwardResult CausalLMModel::forward(const data::Batch& batch, const nn::Forward
              "train_dataset.dataloader.config.create_attention_mask: Loom's attention takes causal and "
              "document masks, not dense [S, S] masks; set create_attention_mask: False (with "
              "create_compressed_eod_mask: True for packed documents)");
-  nn::LMOutput out = model_->forward(lm, options);
-  ForwardResult r;
-  r.loss = out.loss;
-  if (out.aux_loss.defined()) r.extras["load_balancing_loss"] = out.aux_loss.item();
+  return lm;
+}
+
+void add_head_extras(const nn::LMOutput& out, ForwardResult& r) {
   if (out.mtp_loss.defined()) r.extras["mtp_loss"] = out.mtp_loss.item();
   for (size_t k = 0; k < out.mtp_losses.size(); ++k)
     r.extras["mtp_" + std::to_string(k + 1) + "_loss"] = out.mtp_losses[k].item();
+}
+}  // namespace
+
+ForwardResult CausalLMModel::forward(const data::Batch& batch, const nn::ForwardOptions& options) {
+  check_token_ids(batch.input_ids, args_.vocab_size, "token id");
+  check_token_ids(batch.labels, args_.vocab_size, "label id");
+  nn::LMOutput out = model_->forward(lm_batch(batch), options);
+  ForwardResult r;
+  r.loss = out.loss;
+  if (out.aux_loss.defined()) r.extras["load_balancing_loss"] = out.aux_loss.item();
+  add_head_extras(out, r);
+  return r;
+}
+
+ForwardResult CausalLMModel::forward_chunk(const data::Batch& batch, const dist::PipelineChunk& chunk,
+                                           const Tensor& hidden, const nn::ForwardOptions& options) {
+  const nn::LMBatch lm = lm_batch(batch);
+  if (chunk.first) check_token_ids(batch.input_ids, args_.vocab_size, "token id");
+  if (chunk.last) check_token_ids(batch.labels, args_.vocab_size, "label id");
+  Tensor h = chunk.first ? model_->embed(lm.input_ids) : hidden;
+  double aux = 0;
+  bool has_aux = false;
+  auto add_aux = [&](nn::MoELayer* m) {
+    if (!m || !m->last_aux_loss().defined()) return;
+    aux += m->last_aux_loss().item();
+    has_aux = true;
+  };
+  std::vector<nn::MoELayer*> ran;
+  for (nn::TransformerLayer* layer : model_->decoder().layers()) {
+    if (layer->layer_number() < chunk.first_layer || layer->layer_number() > chunk.last_layer) continue;
+    h = layer->forward(h, lm.position_ids, lm.doc_ends);
+    ran.push_back(layer->moe());
+  }
+  ForwardResult r;
+  if (chunk.last) {
+    const nn::LMOutput out = model_->head(h, lm, options);
+    r.loss = out.loss;
+    add_head_extras(out, r);
+    for (nn::MTPLayer* m : model_->mtp_layers()) ran.push_back(m->transformer_layer().moe());
+  } else {
+    r.hidden = h;
+  }
+  for (nn::MoELayer* m : ran) add_aux(m);
+  if (has_aux) r.extras["load_balancing_loss"] = aux;
   return r;
 }
 
 void CausalLMModel::after_optimizer_step() {
-  // Keep the step's counts for the MoE monitor before the bias update resets them.
+  // Keep the step's counts for the MoE monitor before the bias update resets them, keyed by the
+  // MoE layer's ordinal in the whole model (decoder, then MTP), which a pipeline stage holding
+  // some of the layers knows from their global indices.
   last_tokens_per_expert_.clear();
-  const auto moes = model_->moe_layers();
-  for (size_t i = 0; i < moes.size(); ++i) {
-    const Tensor& counts = moes[i]->router().tokens_per_expert();
-    if (counts.defined()) last_tokens_per_expert_[static_cast<int64_t>(i)] = counts.to_int_vector();
-  }
+  const nn::TransformerConfig& c = model_->config();
+  auto record = [&](nn::TransformerLayer& layer) {
+    if (!layer.moe() || !layer.moe()->router().tokens_per_expert().defined()) return;
+    int64_t ordinal = 0;
+    for (int64_t l = 0; l < layer.layer_number(); ++l) ordinal += c.is_moe_layer(l) ? 1 : 0;
+    last_tokens_per_expert_[ordinal] = layer.moe()->router().tokens_per_expert().to_int_vector();
+  };
+  for (nn::TransformerLayer* layer : model_->decoder().layers()) record(*layer);
+  for (nn::MTPLayer* m : model_->mtp_layers()) record(m->transformer_layer());
   model_->update_expert_biases();
+}
+
+void CausalLMModel::add_tokens_per_expert(const std::map<int64_t, std::vector<int64_t>>& counts) {
+  for (const auto& [layer, c] : counts) last_tokens_per_expert_.emplace(layer, c);
 }
 
 std::vector<Tensor> CausalLMModel::data_parallel_sums() {
@@ -76,9 +129,9 @@ double CausalLMModel::flops_per_token(int64_t seq_length) const {
 
 std::vector<memory::LayerRef> CausalLMModel::layers() {
   std::vector<memory::LayerRef> out;
-  auto layers = model_->decoder().layers();
-  for (size_t i = 0; i < layers.size(); ++i)
-    out.push_back({static_cast<int64_t>(i), "decoder.layers." + std::to_string(i), layers[i]});
+  // By global index: a pipeline stage holds some of the layers, under their one-process names.
+  for (nn::TransformerLayer* layer : model_->decoder().layers())
+    out.push_back({layer->layer_number(), "decoder.layers." + std::to_string(layer->layer_number()), layer});
   auto mtp = model_->mtp_layers();
   for (size_t k = 0; k < mtp.size(); ++k)
     out.push_back({args_.num_layers + static_cast<int64_t>(k), "mtp.layers." + std::to_string(k), mtp[k]});

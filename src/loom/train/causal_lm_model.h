@@ -17,6 +17,8 @@ class CausalLMModel : public TrainModel {
 
   nn::Module& module() override { return *model_; }
   ForwardResult forward(const data::Batch& batch, const nn::ForwardOptions& options) override;
+  ForwardResult forward_chunk(const data::Batch& batch, const dist::PipelineChunk& chunk, const Tensor& hidden,
+                              const nn::ForwardOptions& options) override;
   void after_optimizer_step() override;
   std::vector<Tensor> data_parallel_sums() override;
   void set_backward_scale(double scale) override { model_->set_auxiliary_loss_grad_scale(scale); }
@@ -29,6 +31,7 @@ class CausalLMModel : public TrainModel {
   std::vector<optim::QkClipLayer> take_qk_clip_inputs() override;
   std::map<std::string, Tensor> load_hf(const std::string& dir) override;
   std::map<int64_t, std::vector<int64_t>> tokens_per_expert() const override;
+  void add_tokens_per_expert(const std::map<int64_t, std::vector<int64_t>>& counts) override;
 
   nn::CausalLM& causal_lm() { return *model_; }
   const models::ModelArgs& args() const { return args_; }

@@ -16,6 +16,40 @@ dist::FsdpOptions fsdp_options(const config::ParallelismConfig& parallelism, con
   return o;
 }
 
+dist::PipelineLayout pipeline_layout(const config::PipelinePlan& plan) {
+  dist::PipelineLayout layout;
+  layout.pipeline_parallel = plan.pipeline_parallel;
+  layout.chunks = plan.interleave_num;
+  for (const config::VirtualStage& s : plan.stages) layout.stage_layers.emplace_back(s.layers.first, s.layers.last);
+  return layout;
+}
+
+std::map<int64_t, std::vector<int64_t>> gather_over_stages(dist::ProcessGroup& pp,
+                                                           const std::map<int64_t, std::vector<int64_t>>& counts) {
+  if (pp.size() == 1) return counts;
+  // Flattened as (layer, n, n counts)..., padded to the longest rank's length.
+  std::vector<int64_t> mine;
+  for (const auto& [layer, c] : counts) {
+    mine.push_back(layer);
+    mine.push_back(static_cast<int64_t>(c.size()));
+    mine.insert(mine.end(), c.begin(), c.end());
+  }
+  const int64_t longest = pp.all_reduce_scalar(static_cast<int64_t>(mine.size()), dist::ReduceOp::max);
+  mine.resize(static_cast<size_t>(longest + 1), -1);  // -1 ends a rank's list
+  std::vector<int64_t> all(mine.size() * static_cast<size_t>(pp.size()));
+  pp.all_gather(std::span<const int64_t>(mine), std::span<int64_t>(all));
+  std::map<int64_t, std::vector<int64_t>> out;
+  for (int r = 0; r < pp.size(); ++r) {
+    const int64_t* p = all.data() + static_cast<size_t>(r) * mine.size();
+    while (*p >= 0) {
+      const int64_t layer = p[0], n = p[1];
+      out[layer].assign(p + 2, p + 2 + n);
+      p += 2 + n;
+    }
+  }
+  return out;
+}
+
 void max_over_ranks(dist::ProcessGroup& world, std::vector<optim::QkClipLayer>& layers) {
   // Every rank tracked the same layers in the same order (same model, same code path).
   std::vector<float> flat;

@@ -12,6 +12,7 @@
 #include "loom/config/parallel_layout.h"
 #include "loom/config/sections.h"
 #include "loom/dist/fsdp.h"
+#include "loom/dist/pipeline.h"
 #include "loom/nn/module.h"
 #include "loom/optim/named_param.h"
 #include "loom/optim/qk_clip.h"
@@ -20,6 +21,14 @@
 namespace loom::train {
 
 dist::FsdpOptions fsdp_options(const config::ParallelismConfig& parallelism, const dist::ParallelDims& dims);
+
+// The virtual stages' layers as the configuration placed them (config::plan_pipeline).
+dist::PipelineLayout pipeline_layout(const config::PipelinePlan& plan);
+
+// Per-MoE-layer routing counts of every pipeline stage (each holds its own layers' counts):
+// the union over `pp`, the same on every rank.
+std::map<int64_t, std::vector<int64_t>> gather_over_stages(dist::ProcessGroup& pp,
+                                                           const std::map<int64_t, std::vector<int64_t>>& counts);
 
 // QK-clip inputs of this rank's heads (tensor parallelism splits them) in global head order.
 void gather_heads(dist::ProcessGroup& tp, std::vector<optim::QkClipLayer>& layers);

@@ -25,6 +25,7 @@
 #include "loom/train/finite_state.h"
 #include "loom/train/hardware.h"
 #include "loom/train/muon_sharding.h"
+#include "loom/train/pipeline_schedule.h"
 
 namespace loom::train {
 
@@ -100,7 +101,7 @@ void Trainer::build() {
              ", at or beyond training.steps = ", config_.training.steps, ": there is nothing left to train and "
              "nothing was written; raise training.steps to train further");
   checkpoints_->prepare_async(checkpoint_contents());
-  log::info("model: ", model_->module().num_parameters(), " parameters, ", model_->num_layers(), " layers; ",
+  log::info("model: ", model_->module().num_parameters(), " parameters", parallel_->pipeline() ? " on this pipeline stage" : "", ", ", model_->num_layers(), " layers; ",
             state_.num_accumulation_steps, " micro-batch", state_.num_accumulation_steps > 1 ? "es" : "",
             " of ", config_.training.local_batch_size, " × ", seq_length_, " tokens per step; peak ",
             peak_flops(num_threads()).description);
@@ -153,11 +154,17 @@ void Trainer::build_model() {
     memory::MemoryPlan plan = memory::plan_memory(layers, total_layers, resolved_.recompute, resolved_.swap);
     memory_state_ = memory::apply_memory_plan(module, layers, plan, resolved_.recompute);
   };
+  if (resolved_.layout.pipeline) po.pipeline = pipeline_layout(*resolved_.layout.pipeline);
   parallel_ = dist::parallelize(model_->module(), mesh_, po);
   parallel_->materialize(static_cast<uint64_t>(config_.training.seed));
   // Injected losses (MoE balance, MTP) get the backward factor of the main loss.
   model_->set_backward_scale(micro_batch_backward_scale(*parallel_, state_.num_accumulation_steps));
-  schedule_ = std::make_unique<PlainSchedule>(*model_, *parallel_, state_.num_accumulation_steps);
+  if (parallel_->pipeline())
+    schedule_ = std::make_unique<PipelineSchedule>(
+        *model_, *parallel_, state_.num_accumulation_steps,
+        PipelineScheduleOptions{config_.parallelism.pipeline_parallel_overlap_p2p});
+  else
+    schedule_ = std::make_unique<PlainSchedule>(*model_, *parallel_, state_.num_accumulation_steps);
 }
 
 void Trainer::build_data(const config::ParallelLayout& layout) {
@@ -361,6 +368,8 @@ int64_t Trainer::train_step(StepMetrics& m) {
     mesh_->group("tp").all_reduce(t);
   }
   model_->after_optimizer_step();
+  // The MoE monitor on rank 0 sees every stage's layers.
+  if (parallel_->pipeline()) model_->add_tokens_per_expert(gather_over_stages(mesh_->group("pp"), model_->tokens_per_expert()));
   m.skipped = state_.consecutive_skips > 0;
   if (m.skipped) ++skipped_updates_;
   m.loss = r.loss;

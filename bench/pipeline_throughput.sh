@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Pipeline parallelism on this machine, with bench_pipeline (the trainer's step through
+# dist::parallelize and the pipeline schedule) on size A (4 layers, d 256, seq 256) with
+# local_batch_size 1 and global_batch_size 8, so m = 8 micro-batches per step:
+#   1 process (the plain schedule), then 2 processes (ranks <= cores) at pp 2 with v = 1 (auto:
+#   2 + 2 layers), v = 1 with the uneven list '0' | '1-3', v = 2 (auto: 1 layer per chunk), and
+#   v = 1 and 2 with pipeline_parallel_overlap_p2p. For each: tokens/s, each rank's measured idle
+#   time per step against the replayed schedule's, rank 0's activation peak against the
+#   in-flight bound, each rank's parameter + grad + optimizer bytes.
+#   bench/pipeline_throughput.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STEPS=${STEPS:-6}
+PY=/usr/bin/python3
+scripts/build.sh --target bench_pipeline >/dev/null
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 LOOM_NUM_THREADS=1 OMP_NUM_THREADS=1
+FLAGS="--oversubscribe --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca mpi_yield_when_idle 1"
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(getconf _NPROCESSORS_ONLN) cores, 1 thread per process"
+BASE=(--config configs/bench/size_a.yaml --set training.local_batch_size=1 --set training.global_batch_size=8
+      --steps "$STEPS" --warmup 1)
+bench() {  # processes, name, bench_pipeline arguments...: prints the summary
+  local np=$1 name=$2; shift 2
+  mpirun -np "$np" $FLAGS build/bench/bench_pipeline "${BASE[@]}" "$@" 2>/dev/null | grep '^RESULT ' |
+    sed 's/^RESULT //' | $PY -c '
+import json, sys
+name = sys.argv[1]
+r = json.loads(sys.stdin.read())
+print("%-22s %d process(es), m %d: %.0f tokens/s, step %.3f s, state bytes per rank %s (embedding+head %s)" % (
+    name, r["processes"], r["micro_batches"], r["tokens_per_s"], r["median_step_s"], r["state_bytes"],
+    r["embedding_head_bytes"]))
+p = r["pipeline"]
+if p:
+    for rank, (got, want) in enumerate(zip(p["idle_s"], p["predicted_idle_s"])):
+        print("    rank %d idle %.4f s per step, replayed schedule %.4f s (%+.0f%%)" % (
+            rank, got, want, 100 * (got - want) / want if want else 0))
+    print("    chunk forward s %s, backward s %s" % (
+        [[round(x, 4) for x in c] for c in p["chunk_forward_s"]], [[round(x, 4) for x in c] for c in p["chunk_backward_s"]]))
+    print("    rank 0 activations in flight at most %.2f MiB; in-flight bound %d chunk micro-batches x %.2f MiB = %.2f MiB; "
+          "all m*v: %.2f MiB; allocator peak above the step end %.2f MiB (with the backward transients)" % (
+        p["in_flight_peak_bytes"] / 2**20, p["in_flight_bound"], p["chunk_activation_bytes"] / 2**20,
+        p["in_flight_bound_bytes"] / 2**20, p["all_micro_batches_bytes"] / 2**20, r["activation_peak_bytes"] / 2**20))
+else:
+    print("    activation peak %.2f MiB" % (r["activation_peak_bytes"] / 2**20))
+' "$name"
+}
+bench 1 one_process
+bench 2 pp2_v1_auto --set parallelism.pipeline_parallel=2
+bench 2 pp2_v1_uneven --set parallelism.pipeline_parallel=2 --set "parallelism.pipeline_parallel_layers_per_stage=['0', '1-3']"
+bench 2 pp2_v2_auto --set parallelism.pipeline_parallel=2 --set parallelism.pipeline_parallel_interleave_num=2
+bench 2 pp2_v1_overlap_p2p --set parallelism.pipeline_parallel=2 --set parallelism.pipeline_parallel_overlap_p2p=True
+bench 2 pp2_v2_overlap_p2p --set parallelism.pipeline_parallel=2 --set parallelism.pipeline_parallel_interleave_num=2 \
+  --set parallelism.pipeline_parallel_overlap_p2p=True

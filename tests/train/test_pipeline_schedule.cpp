@@ -1,0 +1,162 @@
+// The pipeline schedules' action orders (train/pipeline_schedule.h): the reference's example, and
+// for a grid of (p, v, m) a replay of every rank's list against the data dependencies (a forward
+// needs the previous virtual stage's forward, a backward the next stage's backward): every list
+// runs to the end without a cycle, each micro-batch's forward and backward happen once per
+// chunk, backwards go in ascending micro-batch order, and no rank holds more activations than
+// the schedule's in-flight bound.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+
+#include "loom/config/parallel_layout.h"
+#include "loom/train/pipeline_schedule.h"
+
+namespace loom::train {
+namespace {
+
+using Kind = PipelineAction::Kind;
+
+std::string render(const std::vector<PipelineAction>& order, int p, int rank) {
+  std::string out;
+  for (const PipelineAction& a : order)
+    out += (out.empty() ? "" : " ") + std::string(a.kind == Kind::forward ? "F" : "B") +
+           std::to_string(a.chunk * p + rank) + "." + std::to_string(a.micro_batch);
+  return out;
+}
+
+TEST(PipelineOrder, MatchesTheReferenceExamples) {
+  // reference/parallel.md §3.3, p = 2, v = 2, m = 4.
+  EXPECT_EQ(render(pipeline_order(2, 0, 2, 4), 2, 0),
+            "F0.0 F0.1 F2.0 F2.1 F0.2 B2.0 F0.3 B2.1 F2.2 B0.0 F2.3 B0.1 B2.2 B2.3 B0.2 B0.3");
+  EXPECT_EQ(render(pipeline_order(2, 1, 2, 4), 2, 1),
+            "F1.0 F1.1 F3.0 B3.0 F3.1 B3.1 F1.2 B1.0 F1.3 B1.1 F3.2 B3.2 F3.3 B3.3 B1.2 B1.3");
+  // 1F1B (§3.2): rank r warms up with min(p - r - 1, m) forwards.
+  EXPECT_EQ(render(pipeline_order(3, 0, 1, 4), 3, 0), "F0.0 F0.1 F0.2 B0.0 F0.3 B0.1 B0.2 B0.3");
+  EXPECT_EQ(render(pipeline_order(3, 2, 1, 4), 3, 2), "F2.0 B2.0 F2.1 B2.1 F2.2 B2.2 F2.3 B2.3");
+  EXPECT_EQ(render(pipeline_order(3, 0, 1, 1), 3, 0), "F0.0 B0.0");
+}
+
+// Replays every rank's list; returns each rank's peak number of chunk activations in flight. An
+// action runs once its input arrived (the previous virtual stage's forward, or the next stage's
+// backward, ran). With sends_block, also only once every send this rank posted before it was
+// received, i.e. its receiver reached the consuming action (a rank posts an action's receive
+// when it reaches the action): the rule PipelineSchedule must not follow, because interleaved
+// lists then form a cycle.
+std::vector<int64_t> replay(int p, int v, int64_t m, bool sends_block, bool* finished = nullptr) {
+  using Id = std::tuple<int, int, int64_t>;  // (0 forward / 1 backward, virtual stage, micro)
+  std::vector<std::vector<PipelineAction>> orders;
+  std::map<Id, size_t> position;
+  for (int r = 0; r < p; ++r) {
+    orders.push_back(pipeline_order(p, r, v, m));
+    for (size_t i = 0; i < orders.back().size(); ++i) {
+      const PipelineAction& a = orders.back()[i];
+      position[{a.kind == Kind::forward ? 0 : 1, a.chunk * p + r, a.micro_batch}] = i;
+    }
+  }
+  const int last = p * v - 1;
+  std::set<Id> done;
+  std::vector<size_t> next(static_cast<size_t>(p), 0);
+  std::vector<std::vector<Id>> unmatched_sends(static_cast<size_t>(p));  // consumers of sends in flight
+  std::vector<int64_t> live(static_cast<size_t>(p), 0), peak(static_cast<size_t>(p), 0);
+  std::map<int, int64_t> last_backward;  // virtual stage -> last micro-batch backed
+  auto reached = [&](const Id& consumer) {
+    const int rank = std::get<1>(consumer) % p;
+    return position.at(consumer) <= next[static_cast<size_t>(rank)];
+  };
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int r = 0; r < p; ++r) {
+      auto& i = next[static_cast<size_t>(r)];
+      if (i == orders[static_cast<size_t>(r)].size()) continue;
+      const PipelineAction& a = orders[static_cast<size_t>(r)][i];
+      const int s = a.chunk * p + r;
+      const bool forward = a.kind == Kind::forward;
+      bool ready = forward ? s == 0 || done.contains({0, s - 1, a.micro_batch})
+                           : done.contains({0, s, a.micro_batch}) && (s == last || done.contains({1, s + 1, a.micro_batch}));
+      auto& sends = unmatched_sends[static_cast<size_t>(r)];
+      if (sends_block) ready = ready && std::all_of(sends.begin(), sends.end(), reached);
+      if (!ready) continue;
+      sends.clear();
+      EXPECT_TRUE(done.insert({forward ? 0 : 1, s, a.micro_batch}).second)
+          << "p " << p << " v " << v << " m " << m << ": stage " << s << " micro " << a.micro_batch << " twice";
+      if (forward && s < last) sends.push_back({0, s + 1, a.micro_batch});
+      if (!forward && s > 0) sends.push_back({1, s - 1, a.micro_batch});
+      if (!forward) {
+        auto it = last_backward.find(s);
+        EXPECT_TRUE(it == last_backward.end() || it->second < a.micro_batch) << "backwards in ascending order";
+        last_backward[s] = a.micro_batch;
+      }
+      live[static_cast<size_t>(r)] += forward ? 1 : -1;
+      peak[static_cast<size_t>(r)] = std::max(peak[static_cast<size_t>(r)], live[static_cast<size_t>(r)]);
+      ++i;
+      progress = true;
+    }
+  }
+  bool all_done = true;
+  for (int r = 0; r < p; ++r) all_done = all_done && next[static_cast<size_t>(r)] == orders[static_cast<size_t>(r)].size();
+  if (finished) {
+    *finished = all_done;
+    return peak;
+  }
+  for (int r = 0; r < p; ++r)
+    EXPECT_EQ(next[static_cast<size_t>(r)], orders[static_cast<size_t>(r)].size())
+        << "p " << p << " v " << v << " m " << m << ": rank " << r << " is stuck (the lists form a cycle)";
+  EXPECT_EQ(static_cast<int64_t>(done.size()), 2 * p * v * m);
+  return peak;
+}
+
+TEST(PipelineOrder, EveryRunnableCountReplaysWithinTheInFlightBound) {
+  for (int p = 2; p <= 5; ++p)
+    for (int v = 1; v <= 3; ++v)
+      for (int64_t m = 1; m <= 12; ++m) {
+        if (!config::interleaved_micro_batch_problem(p, v, m).empty()) continue;
+        SCOPED_TRACE("p " + std::to_string(p) + " v " + std::to_string(v) + " m " + std::to_string(m));
+        const std::vector<int64_t> peak = replay(p, v, m, /*sends_block=*/false);
+        const int64_t rounds = std::max<int64_t>(1, m / p), per_round = m / rounds;
+        for (int r = 0; r < p; ++r) {
+          // 1F1B: min(p - r, m) micro-batches; interleaved: the warm-up forwards plus the one
+          // forward before each steady backward, never all m·v.
+          const int64_t bound = v == 1 ? std::min<int64_t>(p - r, m)
+                                       : std::min<int64_t>((v - 1) * per_round + 2 * (p - 1 - r) + 1, m * v);
+          EXPECT_LE(peak[static_cast<size_t>(r)], bound) << "rank " << r;
+        }
+        if (v == 1 && m >= p) EXPECT_EQ(peak[0], p);
+      }
+}
+
+TEST(PipelineOrder, BlockingSendsWouldDeadlockTheInterleavedSchedule) {
+  bool finished = true;
+  replay(2, 1, 8, /*sends_block=*/true, &finished);
+  EXPECT_TRUE(finished) << "1F1B survives blocking sends";
+  replay(2, 2, 4, /*sends_block=*/true, &finished);
+  EXPECT_FALSE(finished) << "interleaved 1F1B needs its sends in flight";
+}
+
+// The bubble of reference/parallel.md §3.3: the first rank, which ends the step, idles
+// (p - 1)(t_f + t_b) under 1F1B and (p - 1)(t_f + t_b)/v interleaved when each chunk takes 1/v of
+// the stage's time; the last rank only waits for the first forward to reach it (and finishes
+// before the last backward has travelled back).
+TEST(PipelineOrder, ReplayGivesTheBubble) {
+  const PipelineReplay one = replay_pipeline(2, 1, 8, {{1.0}, {1.0}}, {{2.0}, {2.0}});
+  EXPECT_DOUBLE_EQ(one.finish_s[0], 8 * 3.0 + 3.0);
+  EXPECT_DOUBLE_EQ(one.idle_s[0], 3.0);
+  EXPECT_DOUBLE_EQ(one.idle_s[1], 1.0);
+  const PipelineReplay two = replay_pipeline(2, 2, 8, {{0.5, 0.5}, {0.5, 0.5}}, {{1.0, 1.0}, {1.0, 1.0}});
+  EXPECT_DOUBLE_EQ(two.idle_s[0], 1.5);
+  EXPECT_DOUBLE_EQ(two.idle_s[1], 0.5);
+}
+
+TEST(PipelineOrder, CountsTheReferenceCannotRunAreNamed) {
+  EXPECT_EQ(config::interleaved_micro_batch_problem(2, 1, 5), "");  // 1F1B runs any count
+  EXPECT_EQ(config::interleaved_micro_batch_problem(2, 2, 3), "");  // one round of 3
+  EXPECT_EQ(config::interleaved_micro_batch_problem(4, 2, 2), "");  // fewer than p: one round
+  EXPECT_NE(config::interleaved_micro_batch_problem(2, 2, 5).find("multiple of 2"), std::string::npos);
+  EXPECT_NE(config::interleaved_micro_batch_problem(4, 3, 9).find("multiple of 2"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom::train
