@@ -609,7 +609,7 @@ def launch(args, work):
     # field; an update that makes the weights non-finite stops every rank at the same step.
     cases = [("batch_too_small", "local_batch_size: 2", "local_batch_size: 8", "global_batch_size", {}),
              ("pipeline_gpipe", "data_parallel_shard: -1", "data_parallel_shard: -1\n  pipeline_parallel: 2\n"
-              "  pipeline_parallel_schedule: gpipe", "parallelism.pipeline_parallel_schedule: 'gpipe' is not trained", {}),
+              "  pipeline_parallel_layers_per_stage: ['0-1', '2']\n  pipeline_parallel_schedule: gpipe", "parallelism.pipeline_parallel_schedule: 'gpipe' is not trained", {}),
              ("shard_misfit", "data_parallel_shard: -1", "data_parallel_shard: 4",
               "parallelism.data_parallel_shard: is 4 but the inferred shard degree is 2", {}),
              ("memory_misfit", "data_parallel_shard: -1", "data_parallel_shard: -1", "the run needs at least",
