@@ -111,7 +111,9 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const models::ModelArgs& a,
   MemoryEstimate e;
   e.ranks_per_host = ranks_per_host;
   const auto& d = layout.dims;
-  const std::int64_t tp = d.tp(), shards = static_cast<std::int64_t>(d.tp()) * d.fsdp();
+  // Routed experts are split over ep · efsdp = tp · fsdp ranks, like the dense weights; pipeline
+  // stages hold 1/pp of the layers each (at least: the end stages also hold the embedding/head).
+  const std::int64_t tp = d.tp(), shards = static_cast<std::int64_t>(d.tp()) * d.fsdp() * d.pp();
   const std::int64_t params = ceil_div(models::count_parameters(a).total, shards);
   const std::int64_t b = static_cast<std::int64_t>(dtype_size(a.params_dtype));
   e.parameter_bytes = checked_mul(params, b, "parameters per rank × params_dtype bytes", "hidden_size");
@@ -119,7 +121,8 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const models::ModelArgs& a,
   const std::int64_t state = a.params_dtype == DType::f32 ? 8 : 12;
   e.optimizer_bytes = checked_mul(params, state, "parameters per rank × optimizer state bytes", "hidden_size");
 
-  // One micro-batch's tokens on this rank; every layer of the model (no pipeline split yet).
+  // One micro-batch's tokens on this rank through every layer of the model: under pp the first
+  // stage holds 1/pp of the layers for up to pp micro-batches in flight (1F1B), the same bytes.
   const std::int64_t tokens = checked_mul(c.training.local_batch_size, ceil_div(seq_length, d.cp()),
                                           "local_batch_size × seq_length", "seq_length");
   std::int64_t per_token = 0;
