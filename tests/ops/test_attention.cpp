@@ -132,7 +132,7 @@ ops::AttentionOptions options_of(const Case& c) {
 double scale_of(const Case& c) { return c.scale != 0 ? c.scale : 1.0 / std::sqrt(double(c.D)); }
 
 kc::AttentionMask mask_of(const Case& c) {
-  return {c.causal, c.q_offset, c.docs.empty() ? Tensor() : docs_tensor(c.docs)};
+  return {c.causal, c.q_offset, c.docs.empty() ? Tensor() : docs_tensor(c.docs), Tensor()};
 }
 
 double max_abs(const std::vector<double>& x) {
@@ -301,7 +301,7 @@ TEST(OpsAttention, SameBitsWithOneAndTwoThreads) {
   Tensor q = random_f64({B, S, H, D}, 51, -2, 2).to(DType::f32), k = random_f64({B, S, KV, D}, 52, -2, 2).to(DType::f32),
          v = random_f64({B, S, KV, D}, 53).to(DType::f32), dout = random_f64({B, S, H, D}, 54).to(DType::f32);
   for (bool docs : {false, true}) {
-    kc::AttentionMask m{true, 0, docs ? docs_tensor({{100, 300, 300}, {17, 290, 300}}) : Tensor()};
+    kc::AttentionMask m{true, 0, docs ? docs_tensor({{100, 300, 300}, {17, 290, 300}}) : Tensor(), Tensor()};
     std::vector<std::vector<float>> runs[2];
     for (int t : {1, 2}) {
       set_num_threads(t);

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "../dist_test_util.h"
+#include "parallel_test_util.h"
 #include "loom/core/rng.h"
 #include "loom/dist/context_parallel.h"
 #include "loom/dist/parallelize.h"
@@ -20,6 +21,9 @@
 
 namespace loom::dist {
 namespace {
+
+using testing::expect_close;
+using testing::local_of;
 
 using testing::Json;
 
@@ -35,14 +39,6 @@ Tensor random(const Shape& shape, DType dtype, uint64_t seed) {
   std::vector<double> v(static_cast<size_t>(shape.numel()));
   for (size_t i = 0; i < v.size(); ++i) v[i] = 2.0 * stream_uniform({seed, 3, 0}, static_cast<int64_t>(i)) - 1.0;
   return Tensor::from_vector(v, shape, DType::f64).to(dtype);
-}
-
-void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
-  ASSERT_TRUE(got.defined()) << what;
-  auto a = got.contiguous().to_double_vector(), b = want.contiguous().to_double_vector();
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i)
-    ASSERT_NEAR(a[i], b[i], tol * (1.0 + std::fabs(b[i]))) << what << " [" << i << "]";
 }
 
 // Packed documents: sample 0 holds documents ending at 5, 13 and S; sample 1 ends at 9, a
@@ -257,16 +253,7 @@ void check_step(const Json& section, int cp, int tp, bool load_balanced, bool pa
   for (auto& [name, p] : split.model->named_parameters()) {
     // FSDP holds rows of each grad; the whole grad is the one-process grad's pieces.
     const Tensor& ref = plain.model->find_parameter(name)->tensor.grad();
-    Tensor want = Tensor::zeros(p->local_shape(), ref.dtype());
-    for (const nn::Piece& piece : p->pieces()) {
-      Tensor dst = want, src = ref;
-      for (int k = 0; k < piece.shape.ndim(); ++k) {
-        dst = dst.narrow(k, piece.local_offset[static_cast<size_t>(k)], piece.shape[k]);
-        src = src.narrow(k, piece.global_offset[static_cast<size_t>(k)], piece.shape[k]);
-      }
-      dst.copy_(src);
-    }
-    expect_close(p->local().grad(), want, 2e-5, name + " grad");
+    expect_close(p->local().grad(), local_of(ref, *p), 2e-5, name + " grad");
   }
   optim::NamedParams full, local;
   for (auto& [name, p] : plain.model->named_parameters()) full.push_back({name, p->tensor});

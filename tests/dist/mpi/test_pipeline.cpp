@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "../dist_test_util.h"
+#include "parallel_test_util.h"
 #include "loom/dist/parallelize.h"
 #include "loom/dist/runtime.h"
 #include "loom/optim/grad_norm.h"
@@ -19,6 +20,9 @@
 
 namespace loom::dist {
 namespace {
+
+using testing::expect_close;
+using testing::local_of;
 
 using testing::Json;
 
@@ -42,27 +46,6 @@ data::Batch batch_of(const nn::LMBatch& b) {
   out.labels = b.labels;
   out.loss_mask = b.loss_mask;
   return out;
-}
-
-Tensor local_of(const Tensor& whole, const nn::Parameter& p) {
-  Tensor out = Tensor::zeros(p.local_shape(), whole.dtype());
-  for (const nn::Piece& piece : p.pieces()) {
-    Tensor dst = out, src = whole;
-    for (int d = 0; d < piece.shape.ndim(); ++d) {
-      dst = dst.narrow(d, piece.local_offset[static_cast<size_t>(d)], piece.shape[d]);
-      src = src.narrow(d, piece.global_offset[static_cast<size_t>(d)], piece.shape[d]);
-    }
-    dst.copy_(src);
-  }
-  return out;
-}
-
-void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
-  ASSERT_TRUE(got.defined()) << what;
-  auto a = got.contiguous().to_double_vector(), b = want.contiguous().to_double_vector();
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i)
-    ASSERT_NEAR(a[i], b[i], tol * (1.0 + std::fabs(b[i]))) << what << " [" << i << "]";
 }
 
 struct Layout {
@@ -160,7 +143,9 @@ void check_step(const Layout& l) {
     split_model.after_optimizer_step();
     split_model.add_tokens_per_expert(train::gather_over_stages(mesh->group("pp"), split_model.tokens_per_expert()));
     EXPECT_EQ(split_model.tokens_per_expert(), plain_model.tokens_per_expert());
-    if (l.section.at("model_type") == "deepseek_v3") EXPECT_EQ(plain_model.tokens_per_expert().size(), 2u);
+    if (l.section.at("model_type") == "deepseek_v3") {
+      EXPECT_EQ(plain_model.tokens_per_expert().size(), 2u);
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "../dist_test_util.h"
+#include "parallel_test_util.h"
 #include "loom/dist/parallelize.h"
 #include "loom/core/allocator.h"
 #include "loom/dist/runtime.h"
@@ -17,6 +18,9 @@
 
 namespace loom::dist {
 namespace {
+
+using testing::expect_close;
+using testing::local_of;
 
 using testing::Json;
 
@@ -55,28 +59,6 @@ std::shared_ptr<DeviceMesh> mesh_for(int tp, int data_parallel_shard = -1) {
   d.tensor_parallel = tp;
   d.data_parallel_shard = data_parallel_shard;
   return std::make_shared<DeviceMesh>(world, ParallelDims::infer(world->size(), d));
-}
-
-// The pieces of `whole` that parameter p holds, in its local layout.
-Tensor local_of(const Tensor& whole, const nn::Parameter& p) {
-  Tensor out = Tensor::zeros(p.local_shape(), whole.dtype());
-  for (const nn::Piece& piece : p.pieces()) {
-    Tensor dst = out, src = whole;
-    for (int d = 0; d < piece.shape.ndim(); ++d) {
-      dst = dst.narrow(d, piece.local_offset[static_cast<size_t>(d)], piece.shape[d]);
-      src = src.narrow(d, piece.global_offset[static_cast<size_t>(d)], piece.shape[d]);
-    }
-    dst.copy_(src);
-  }
-  return out;
-}
-
-void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
-  ASSERT_TRUE(got.defined()) << what;
-  auto a = got.contiguous().to_double_vector(), b = want.contiguous().to_double_vector();
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i)
-    ASSERT_NEAR(a[i], b[i], tol * (1.0 + std::fabs(b[i]))) << what << " [" << i << "]";
 }
 
 // One optimizer step's forward and backward of `micro` micro-batches per data-parallel rank,
