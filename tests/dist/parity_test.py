@@ -78,18 +78,9 @@ model:
 """
 
 
-def write_data(prefix, vocab=96, num_tokens=60000, doc_len=512):
-    """A Megatron indexed dataset (semantics.md §5.1) of token ramps with random restarts: text with
-    structure, so the loss moves."""
+def write_indexed(prefix, tokens, lengths):
+    """A Megatron indexed dataset (semantics.md §5.1): uint16 `tokens` as sequences of `lengths`."""
     import numpy as np
-    rng = np.random.RandomState(7)
-    tokens = []
-    while len(tokens) < num_tokens:
-        start, length = rng.randint(0, vocab), rng.randint(5, 40)
-        tokens.extend((start + np.arange(length)) % vocab)
-    tokens = np.array(tokens[:num_tokens], dtype=np.uint16)
-    lengths = [doc_len] * (num_tokens // doc_len)
-    tokens = tokens[:sum(lengths)]
     with open(prefix + ".bin", "wb") as f:
         f.write(tokens.tobytes())
     pointers = np.concatenate([[0], np.cumsum(np.array(lengths[:-1], dtype=np.int64) * 2)]).astype(np.int64)
@@ -102,6 +93,21 @@ def write_data(prefix, vocab=96, num_tokens=60000, doc_len=512):
         f.write(np.array(lengths, dtype=np.int32).tobytes())
         f.write(pointers.tobytes())
         f.write(np.arange(len(lengths) + 1, dtype=np.int64).tobytes())
+
+
+def write_data(prefix, vocab=96, num_tokens=60000, doc_len=512):
+    """A Megatron indexed dataset (semantics.md §5.1) of token ramps with random restarts: text with
+    structure, so the loss moves."""
+    import numpy as np
+    rng = np.random.RandomState(7)
+    tokens = []
+    while len(tokens) < num_tokens:
+        start, length = rng.randint(0, vocab), rng.randint(5, 40)
+        tokens.extend((start + np.arange(length)) % vocab)
+    tokens = np.array(tokens[:num_tokens], dtype=np.uint16)
+    lengths = [doc_len] * (num_tokens // doc_len)
+    tokens = tokens[:sum(lengths)]
+    write_indexed(prefix, tokens, lengths)
 
 
 def write_config(work, name, steps=STEPS, shard=-1, save=False, load_path="", parallel_extra="", model=None,
@@ -181,16 +187,23 @@ ENV = dict(os.environ, LOOM_NUM_THREADS="1", OMP_NUM_THREADS="1", OMPI_ALLOW_RUN
 
 
 def run(args, work, name, world, shard=-1, steps=STEPS, save=False, load_path="", launch=False, parallel_extra="",
-        model=None, sections="", optimizer=None):
+        model=None, sections="", optimizer=None, edit_config=None):
+    """Trains `name` at `world` processes and returns its losses by step and its run directory;
+    edit_config(text) -> text rewrites the written config first (e.g. another dataset)."""
     config, run_dir = write_config(work, name, steps, shard, save, load_path, parallel_extra, model, sections,
                                    optimizer)
+    if edit_config:
+        with open(config) as f:
+            text = edit_config(f.read())
+        with open(config, "w") as f:
+            f.write(text)
     cmd = [args.loom, "train", "--config", config, "--output", run_dir]
     if launch:
         cmd = [args.loom, "launch", "-n", str(world), "--mpirun", args.mpirun, "--threads", "1", "--"] + cmd[1:]
     elif world > 1:
         cmd = [args.mpirun, "-np", str(world)] + MPI_FLAGS + cmd
     t0 = time.time()
-    p = subprocess.run(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    p = subprocess.run(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
     if p.returncode != 0:
         print(p.stdout)
         raise SystemExit("FAIL: %s exited with %d" % (name, p.returncode))
@@ -441,18 +454,7 @@ def write_packed_data(prefix, vocab=96, eod=95, num_tokens=60000):
     tokens = np.array(tokens[:num_tokens], dtype=np.uint16)
     lengths = [512] * (num_tokens // 512)
     tokens = tokens[:sum(lengths)]
-    with open(prefix + ".bin", "wb") as f:
-        f.write(tokens.tobytes())
-    pointers = np.concatenate([[0], np.cumsum(np.array(lengths[:-1], dtype=np.int64) * 2)]).astype(np.int64)
-    with open(prefix + ".idx", "wb") as f:
-        f.write(b"MMIDIDX\x00\x00")
-        f.write(struct.pack("<Q", 1))
-        f.write(struct.pack("<B", 8))  # uint16
-        f.write(struct.pack("<Q", len(lengths)))
-        f.write(struct.pack("<Q", len(lengths) + 1))
-        f.write(np.array(lengths, dtype=np.int32).tobytes())
-        f.write(pointers.tobytes())
-        f.write(np.arange(len(lengths) + 1, dtype=np.int64).tobytes())
+    write_indexed(prefix, tokens, lengths)
 
 
 PACKED_DATASET = """      create_attention_mask: False
@@ -472,32 +474,13 @@ def context(args, work):
     write_packed_data(os.path.join(work, "packed"))
     plain_model = LLAMA + "  use_attn_mask_compression: True\n"
 
+    def packed_dataset(text):
+        text = text.replace(os.path.join(work, "data"), os.path.join(work, "packed"))
+        return text.replace("      create_attention_mask: False\n", PACKED_DATASET)
+
     def run_cp(name, world, extra, packed, **kw):
-        config, run_dir = write_config(work, name, parallel_extra=extra, model=plain_model, **kw)
-        if packed:
-            with open(config) as f:
-                text = f.read()
-            text = text.replace(os.path.join(work, "data"), os.path.join(work, "packed"))
-            text = text.replace("      create_attention_mask: False\n", PACKED_DATASET)
-            with open(config, "w") as f:
-                f.write(text)
-        cmd = [args.loom, "train", "--config", config, "--output", run_dir]
-        if world > 1:
-            cmd = [args.mpirun, "-np", str(world)] + MPI_FLAGS + cmd
-        t0 = time.time()
-        p = subprocess.run(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
-        if p.returncode != 0:
-            print(p.stdout)
-            raise SystemExit("FAIL: %s exited with %d" % (name, p.returncode))
-        losses = {}
-        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-            for line in f:
-                row = json.loads(line)
-                losses[row["step"]] = row["loss"]
-                GRAD_NORMS[(name, row["step"])] = row["grad_norm"]
-        print("%-24s %d process(es) %5.1fs  first loss %.9f  last %.9f" % (name, world, time.time() - t0,
-                                                                              losses[min(losses)], losses[max(losses)]))
-        return losses, run_dir
+        return run(args, work, name, world, parallel_extra=extra, model=plain_model,
+                   edit_config=packed_dataset if packed else None, **kw)
 
     contiguous = "\n  context_parallel_load_balance: False"
     layouts = [("cp2", 2, "\n  context_parallel: 2"), ("cp4", 4, "\n  context_parallel: 4"),

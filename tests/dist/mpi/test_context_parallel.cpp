@@ -255,14 +255,7 @@ void check_step(const Json& section, int cp, int tp, bool load_balanced, bool pa
     const Tensor& ref = plain.model->find_parameter(name)->tensor.grad();
     expect_close(p->local().grad(), local_of(ref, *p), 2e-5, name + " grad");
   }
-  optim::NamedParams full, local;
-  for (auto& [name, p] : plain.model->named_parameters()) full.push_back({name, p->tensor});
-  for (auto& [name, t] : split.model->local_parameters()) local.push_back({name, t});
-  const double want = optim::global_grad_norm(full);
-  const double got = optim::global_grad_norm(
-      local, [&](const optim::NamedParam& p) { return parallel->replica_factor(p.name); },
-      [&](double v) { return mesh->world().all_reduce_scalar(v); });
-  EXPECT_NEAR(got, want, 1e-6 * want);
+  testing::expect_grad_norm_matches(*plain.model, *split.model, *parallel, *mesh);
 }
 
 struct Arch {

@@ -96,14 +96,7 @@ void check_step(const Json& section, int ep, int tp, int64_t micro) {
         << "MoE layer " << i;
   }
 
-  optim::NamedParams full, local;
-  for (auto& [name, p] : plain.model->named_parameters()) full.push_back({name, p->tensor});
-  for (auto& [name, t] : split.model->local_parameters()) local.push_back({name, t});
-  const double want = optim::global_grad_norm(full);
-  const double got = optim::global_grad_norm(
-      local, [&](const optim::NamedParam& p) { return parallel->replica_factor(p.name); },
-      [&](double v) { return mesh->world().all_reduce_scalar(v); });
-  EXPECT_NEAR(got, want, 1e-6 * want);
+  testing::expect_grad_norm_matches(*plain.model, *split.model, *parallel, *mesh);
 }
 
 struct Arch {
