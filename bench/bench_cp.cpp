@@ -35,22 +35,12 @@
 #include "loom/models/registry.h"
 #include "loom/train/hardware.h"
 
+#include "bench_util.h"
+
 using namespace loom;
 using Json = nlohmann::ordered_json;
 
 namespace {
-
-nn::LMBatch random_batch(int64_t vocab, int64_t S, uint64_t index) {
-  std::vector<int32_t> ids(static_cast<size_t>(S)), labels(ids.size());
-  for (int64_t i = 0; i < S; ++i) {
-    ids[static_cast<size_t>(i)] = static_cast<int32_t>(stream_uniform({index, 1, 0}, i) * vocab) % static_cast<int32_t>(vocab);
-    labels[static_cast<size_t>(i)] = static_cast<int32_t>(stream_uniform({index, 2, 0}, i) * vocab) % static_cast<int32_t>(vocab);
-  }
-  nn::LMBatch b;
-  b.input_ids = Tensor::from_vector(ids, {1, S});
-  b.labels = Tensor::from_vector(labels, {1, S});
-  return b;
-}
 
 int run(int argc, char** argv, dist::Runtime& rt) {
   int64_t S = 4096, layers = 2, hidden = 256, heads = 8, kv_heads = 4, ffn = 512, vocab = 2048;
@@ -95,7 +85,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     const auto t0 = std::chrono::steady_clock::now();
     parallel->zero_grad();
     const int64_t before = memory_stats().current_bytes, gathered_before = gathered();
-    nn::LMOutput out = built.model->forward(random_batch(vocab, S, static_cast<uint64_t>(step)));
+    nn::LMOutput out = built.model->forward(bench::random_tokens<nn::LMBatch>(vocab, 1, S, static_cast<uint64_t>(step)));
     held = memory_stats().current_bytes - before - (gathered() - gathered_before);
     const int64_t pairs = dist::ring_work().visible_pairs;
     autograd::backward(out.loss, Tensor::full(out.loss.shape(), parallel->backward_scale()));

@@ -47,30 +47,14 @@
 #include "loom/train/config_json.h"
 #include "loom/train/distributed.h"
 #include "loom/train/schedule.h"
+#include "loom/train/hardware.h"
+
+#include "bench_util.h"
 
 using namespace loom;
 using Json = nlohmann::ordered_json;
 
 namespace {
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
-
-nn::LMBatch random_batch(int64_t vocab, int64_t B, int64_t S, uint64_t index) {
-  std::vector<int32_t> ids(static_cast<size_t>(B * S)), labels(ids.size());
-  for (int64_t i = 0; i < B * S; ++i) {
-    ids[static_cast<size_t>(i)] = static_cast<int32_t>(stream_uniform({index, 1, 0}, i) * vocab) % static_cast<int32_t>(vocab);
-    labels[static_cast<size_t>(i)] = static_cast<int32_t>(stream_uniform({index, 2, 0}, i) * vocab) % static_cast<int32_t>(vocab);
-  }
-  nn::LMBatch b;
-  b.input_ids = Tensor::from_vector(ids, {B, S});
-  b.labels = Tensor::from_vector(labels, {B, S});
-  return b;
-}
 
 // What one dispatch call routed on this rank: copies per expert, the row width in bytes.
 struct DispatchRecord {
@@ -79,24 +63,10 @@ struct DispatchRecord {
 };
 
 int run(int argc, char** argv, dist::Runtime& rt) {
-  std::string config_path;
-  config::LoadOptions load;
-  int steps = 4, warmup = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string { LOOM_CHECK(i + 1 < argc, ValueError, a, " needs a value"); return argv[++i]; };
-    if (a == "--config") config_path = next();
-    else if (a == "--set") load.overrides.push_back(next());
-    else if (a == "--ep") load.overrides.push_back("parallelism.expert_parallel=" + next());
-    else if (a == "--steps") steps = std::stoi(next());
-    else if (a == "--warmup") warmup = std::stoi(next());
-    else LOOM_THROW(ValueError, "unknown option ", a, "; use --config FILE [--ep N] [--set key=value]... --steps N --warmup N");
-  }
-  LOOM_CHECK(!config_path.empty(), ValueError, "--config FILE is required (e.g. configs/bench/size_a.yaml)");
-  LOOM_CHECK(steps >= 1 && warmup >= 0, ValueError, "--steps must be >= 1 and --warmup >= 0");
   apply_thread_env();
-  load.world_size = rt.world_size();
-  config::LoadedConfig loaded = config::load_config(config_path, load);
+  bench::BenchCommandLine command_line = bench::parse_bench_command_line(argc, argv, rt, "--ep", "expert_parallel");
+  const int steps = command_line.steps, warmup = command_line.warmup;
+  config::LoadedConfig& loaded = command_line.loaded;
   const config::TrainConfig& cfg = loaded.config;
   const config::ResolvedConfig& resolved = *loaded.resolved;
   const config::ParallelLayout& layout = resolved.layout;
@@ -149,7 +119,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     ep_group.reset_stats();
     const auto t0 = std::chrono::steady_clock::now();
     parallel->zero_grad();
-    nn::LMOutput out = lm.forward(random_batch(args.vocab_size, B, S, static_cast<uint64_t>(step * shards + shard)));
+    nn::LMOutput out = lm.forward(bench::random_tokens<nn::LMBatch>(args.vocab_size, B, S, static_cast<uint64_t>(step * shards + shard)));
     forward_sent = ep_group.stats().bytes_sent;
     autograd::backward(out.loss, Tensor::full(out.loss.shape(), parallel->backward_scale()));
     parallel->finish_backward();
@@ -223,9 +193,9 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   std::sort(times.begin(), times.end());
   const double median = times[times.size() / 2];
   if (rt.rank() == 0) {
-    Json r = {{"config", config_path},
+    Json r = {{"config", command_line.config_path},
               {"model_type", args.model_type},
-              {"cpu", cpu_model()},
+              {"cpu", train::cpu_model_name()},
               {"processes", rt.world_size()},
               {"threads_per_process", num_threads()},
               {"ep", ep},

@@ -21,8 +21,9 @@
 //   state_bytes               per rank: parameter + grad + optimizer bytes; embedding_head_bytes
 //                             the part of it in the embedding and the output head
 //
-//   mpirun -np 2 --oversubscribe --bind-to none build/bench/bench_pipeline --config configs/bench/size_a.yaml \
-//       --set parallelism.pipeline_parallel=2 --set training.local_batch_size=1
+//   mpirun -np 2 --oversubscribe --bind-to none build/bench/bench_pipeline
+//       --config configs/bench/size_a.yaml --set parallelism.pipeline_parallel=2
+//       --set training.local_batch_size=1
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -46,30 +47,14 @@
 #include "loom/train/config_json.h"
 #include "loom/train/distributed.h"
 #include "loom/train/pipeline_schedule.h"
+#include "loom/train/hardware.h"
+
+#include "bench_util.h"
 
 using namespace loom;
 using Json = nlohmann::ordered_json;
 
 namespace {
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
-
-data::Batch random_batch(int64_t vocab, int64_t B, int64_t S, uint64_t index) {
-  std::vector<int32_t> ids(static_cast<size_t>(B * S)), labels(ids.size());
-  for (int64_t i = 0; i < B * S; ++i) {
-    ids[static_cast<size_t>(i)] = static_cast<int32_t>(stream_uniform({index, 1, 0}, i) * vocab) % static_cast<int32_t>(vocab);
-    labels[static_cast<size_t>(i)] = static_cast<int32_t>(stream_uniform({index, 2, 0}, i) * vocab) % static_cast<int32_t>(vocab);
-  }
-  data::Batch b;
-  b.input_ids = Tensor::from_vector(ids, {B, S});
-  b.labels = Tensor::from_vector(labels, {B, S});
-  return b;
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -77,23 +62,10 @@ double median(std::vector<double> v) {
 }
 
 int run(int argc, char** argv, dist::Runtime& rt) {
-  std::string config_path;
-  config::LoadOptions load;
-  int steps = 4, warmup = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string { LOOM_CHECK(i + 1 < argc, ValueError, a, " needs a value"); return argv[++i]; };
-    if (a == "--config") config_path = next();
-    else if (a == "--set") load.overrides.push_back(next());
-    else if (a == "--steps") steps = std::stoi(next());
-    else if (a == "--warmup") warmup = std::stoi(next());
-    else LOOM_THROW(ValueError, "unknown option ", a, "; use --config FILE [--set key=value]... --steps N --warmup N");
-  }
-  LOOM_CHECK(!config_path.empty(), ValueError, "--config FILE is required (e.g. configs/bench/size_a.yaml)");
-  LOOM_CHECK(steps >= 1 && warmup >= 0, ValueError, "--steps must be >= 1 and --warmup >= 0");
   apply_thread_env();
-  load.world_size = rt.world_size();
-  config::LoadedConfig loaded = config::load_config(config_path, load);
+  bench::BenchCommandLine command_line = bench::parse_bench_command_line(argc, argv, rt);
+  const int steps = command_line.steps, warmup = command_line.warmup;
+  config::LoadedConfig& loaded = command_line.loaded;
   const config::TrainConfig& cfg = loaded.config;
   const config::ResolvedConfig& resolved = *loaded.resolved;
   const config::ParallelLayout& layout = resolved.layout;
@@ -118,7 +90,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   int64_t chunk_activation = 0;
   if (stage && stage->chunks().front().first && !parallel->fsdp() && mesh->size("tp") == 1) {
     const int64_t before = memory_stats().current_bytes;
-    train::ForwardResult r = model->forward_chunk(random_batch(args.vocab_size, B, S, 999), stage->chunks().front(),
+    train::ForwardResult r = model->forward_chunk(bench::random_tokens<data::Batch>(args.vocab_size, B, S, 999), stage->chunks().front(),
                                                   Tensor(), {});
     chunk_activation = memory_stats().current_bytes - before;
   }
@@ -151,7 +123,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     reset_peak_memory();
     const auto t0 = std::chrono::steady_clock::now();
     const train::StepResult r = schedule->run_step([&] {
-      return random_batch(args.vocab_size, B, S, static_cast<uint64_t>((batch_index++) * shards + shard));
+      return bench::random_tokens<data::Batch>(args.vocab_size, B, S, static_cast<uint64_t>((batch_index++) * shards + shard));
     });
     dist::ProcessGroup& world = mesh->world();
     optim::clip_grad_norm(optimizer->named_params(), cfg.training.max_norm,
@@ -242,8 +214,8 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   }
   if (rt.rank() == 0) {
     const double step_s = median(times);
-    Json r = {{"config", config_path},
-              {"cpu", cpu_model()},
+    Json r = {{"config", command_line.config_path},
+              {"cpu", train::cpu_model_name()},
               {"processes", n},
               {"threads_per_process", num_threads()},
               {"micro_batches", m},

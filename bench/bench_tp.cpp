@@ -49,24 +49,14 @@
 #include "loom/train/schedule.h"
 #include "tp_volume.h"
 
+#include "bench_util.h"
+
 using namespace loom;
 using Json = nlohmann::ordered_json;
 
 namespace {
 
 // Random tokens for batch `index`; the tp ranks of a data shard pass the same index.
-data::Batch random_batch(int64_t vocab, int64_t B, int64_t S, uint64_t index) {
-  std::vector<int32_t> ids(static_cast<size_t>(B * S)), labels(ids.size());
-  for (int64_t i = 0; i < B * S; ++i) {
-    ids[static_cast<size_t>(i)] = static_cast<int32_t>(stream_uniform({index, 1, 0}, i) * vocab) % static_cast<int32_t>(vocab);
-    labels[static_cast<size_t>(i)] = static_cast<int32_t>(stream_uniform({index, 2, 0}, i) * vocab) % static_cast<int32_t>(vocab);
-  }
-  data::Batch b;
-  b.input_ids = Tensor::from_vector(ids, {B, S});
-  b.labels = Tensor::from_vector(labels, {B, S});
-  return b;
-}
-
 // The layers whose every sequence all-gather the plan recomputes in backward (what the count
 // models); a plan that recomputes anything else changes the volume in ways it does not count.
 std::set<int64_t> layers_with_recomputed_gathers(const memory::MemoryPlan& plan,
@@ -132,24 +122,10 @@ void print_sites(const std::vector<bench::VolumeSite>& sites) {
 }
 
 int run(int argc, char** argv, dist::Runtime& rt) {
-  std::string config_path;
-  config::LoadOptions load;
-  int steps = 4, warmup = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string { LOOM_CHECK(i + 1 < argc, ValueError, a, " needs a value"); return argv[++i]; };
-    if (a == "--config") config_path = next();
-    else if (a == "--set") load.overrides.push_back(next());
-    else if (a == "--tp") load.overrides.push_back("parallelism.tensor_parallel=" + next());
-    else if (a == "--steps") steps = std::stoi(next());
-    else if (a == "--warmup") warmup = std::stoi(next());
-    else LOOM_THROW(ValueError, "unknown option ", a, "; use --config FILE [--tp N] [--set key=value]... --steps N --warmup N");
-  }
-  LOOM_CHECK(!config_path.empty(), ValueError, "--config FILE is required (e.g. configs/bench/size_a.yaml)");
-  LOOM_CHECK(steps >= 1 && warmup >= 0, ValueError, "--steps must be >= 1 and --warmup >= 0");
   apply_thread_env();
-  load.world_size = rt.world_size();
-  config::LoadedConfig loaded = config::load_config(config_path, load);
+  bench::BenchCommandLine command_line = bench::parse_bench_command_line(argc, argv, rt, "--tp", "tensor_parallel");
+  const int steps = command_line.steps, warmup = command_line.warmup;
+  config::LoadedConfig& loaded = command_line.loaded;
   const config::TrainConfig& cfg = loaded.config;
   const config::ResolvedConfig& resolved = *loaded.resolved;
   const config::ParallelLayout& layout = resolved.layout;
@@ -204,7 +180,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     reset_peak_memory();
     const auto t0 = std::chrono::steady_clock::now();
     const train::StepResult r = schedule.run_step([&] {
-      return random_batch(args.vocab_size, B, S, static_cast<uint64_t>(step * shards + shard));
+      return bench::random_tokens<data::Batch>(args.vocab_size, B, S, static_cast<uint64_t>(step * shards + shard));
     });
     dist::ProcessGroup& world = mesh->world();
     const double norm = optim::clip_grad_norm(
@@ -238,7 +214,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   const int64_t counted_tp = bench::total_bytes(sites, "tp");
   if (rt.rank() == 0) {
     print_sites(sites);
-    Json r = {{"config", config_path},
+    Json r = {{"config", command_line.config_path},
               {"model_type", args.model_type},
               {"cpu", train::cpu_model_name()},
               {"processes", rt.world_size()},
