@@ -20,6 +20,7 @@
 #include "loom/core/parallel.h"
 #include "loom/core/rng.h"
 #include "loom/ops/attention.h"
+#include "cpu_path.h"
 
 using namespace loom;
 
@@ -138,6 +139,7 @@ int main(int argc, char** argv) {
                                            attention_fwd, S, H, KV, threads));
     }
   benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("cpu_matrix_path", bench::cpu_matrix_path());
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   SummaryReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);

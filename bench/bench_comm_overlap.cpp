@@ -31,6 +31,7 @@
 #include "loom/dist/runtime.h"
 #include "loom/ops/linear.h"
 #include "loom/train/hardware.h"
+#include "cpu_path.h"
 
 #ifdef LOOM_HAVE_MPI
 #define OMPI_SKIP_MPICXX 1
@@ -124,6 +125,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   const unsigned cores = std::thread::hardware_concurrency();
   if (rt.rank() == 0) {
     std::printf("cpu: %s (%u logical cores)\n", train::cpu_model_name().c_str(), cores);
+    std::printf("cpu matrix path: %s\n", bench::cpu_matrix_path().c_str());
     std::printf("mpi: %s; %s\n", mpi_library().c_str(), transport().c_str());
     std::printf("ranks: %d, compute threads per rank: %d, GEMM on %s, reps: %d (median of the slowest rank)\n", n,
                 num_threads(), gemm_on_every_rank ? "every rank" : "rank 0 only", reps);

@@ -117,7 +117,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
       ranks.push_back({{"held_activation_bytes", f[0]}, {"ring_bytes_sent", f[1]}, {"visible_pairs", f[2]},
                        {"blocks_computed", f[3]}, {"blocks_skipped", f[4]}});
     }
-    Json result{{"cpu", train::cpu_model_name()}, {"threads", num_threads()}, {"cp", c}, {"seq", S},
+    Json result{{"cpu", train::cpu_model_name()}, {"cpu_matrix_path", bench::cpu_matrix_path()}, {"threads", num_threads()}, {"cp", c}, {"seq", S},
                 {"split", balanced ? "load-balanced" : "contiguous"}, {"layers", layers}, {"hidden", hidden},
                 {"heads", heads}, {"kv_heads", kv_heads}, {"held_activation_bytes", max_held}, {"step_s", slowest},
                 {"ring_bytes_analytic", analytic}, {"ranks", ranks}};

@@ -12,6 +12,7 @@
 #include "loom/data/data_loader.h"
 #include "loom/data/gpt_dataset.h"
 #include "loom/data/indexed_dataset_builder.h"
+#include "cpu_path.h"
 
 namespace {
 
@@ -121,4 +122,11 @@ BENCHMARK(BM_LoaderPlain)->Arg(1)->Arg(4)->UseRealTime()->Unit(benchmark::kMilli
 BENCHMARK(BM_LoaderEodResetCompressedMask)->Arg(4)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LoaderDenseAttentionMask)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("cpu_matrix_path", loom::bench::cpu_matrix_path());
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -41,6 +41,7 @@
 #include "loom/optim/muon.h"
 #include "loom/train/causal_lm_model.h"
 #include "loom/train/muon_sharding.h"
+#include "cpu_path.h"
 
 using namespace loom;
 using Json = nlohmann::ordered_json;
@@ -234,6 +235,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     Json r = {{"size", size_name},
               {"processes", n},
               {"threads_per_process", num_threads()},
+              {"cpu_matrix_path", bench::cpu_matrix_path()},
               {"reshard_after_forward", policy},
               {"median_step_s", median},
               {"median_collective_s", comm_median},

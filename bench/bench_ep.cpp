@@ -196,6 +196,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     Json r = {{"config", command_line.config_path},
               {"model_type", args.model_type},
               {"cpu", train::cpu_model_name()},
+              {"cpu_matrix_path", bench::cpu_matrix_path()},
               {"processes", rt.world_size()},
               {"threads_per_process", num_threads()},
               {"ep", ep},

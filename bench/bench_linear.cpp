@@ -1,14 +1,17 @@
 // Linear forward and both backward GEMMs on the projection shapes of sizes A and B
 // (shared/bench/README.md), next to raw OpenBLAS sgemm on the same shapes and threads, in one
-// run. Figures: GFLOP/s per case; compare loom_* with raw_* of the same shape.
+// run, and the same forward through oneDNN (fp32, and bf16 where the CPU has bf16 matrix units).
+// Figures: GFLOP/s per case; compare loom_* with raw_* / onednn_* of the same shape.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
 #include "loom/autograd/engine.h"
 #include "loom/core/parallel.h"
 #include "loom/core/rng.h"
+#include "loom/kernels/cpu/onednn_gemm.h"
 #include "loom/ops/linear.h"
 #include "loom/ops/reduce.h"
+#include "cpu_path.h"
 
 using namespace loom;
 
@@ -95,6 +98,32 @@ void BM_raw_sgemm_backward(benchmark::State& state) {
   report(state, 4.0 * s.tokens * s.in * s.out);
 }
 
+// The same product through oneDNN's matmul (cpu/onednn_gemm.h): fp32 operands against OpenBLAS
+// above (which library fp32 GEMMs should use), bf16 operands where oneDNN has a bf16 matmul (the
+// standalone figure Loom's bf16 linear is measured against).
+void onednn_forward(benchmark::State& state, DType dtype) {
+  set_threads(state);
+  const auto& s = kShapes[state.range(0)];
+  Tensor x = random({s.tokens, s.in}, 1).to(dtype), w = random({s.out, s.in}, 2).to(dtype);
+  Tensor y = Tensor::empty({s.tokens, s.out}, dtype);
+  state.SetLabel(std::string(s.name) + " " + kernels::cpu::onednn_implementation(dtype, s.tokens, s.out, s.in));
+  for (auto _ : state) kernels::cpu::onednn_gemm(x, false, w, true, y, 1.0, 0.0);
+  report(state, 2.0 * s.tokens * s.in * s.out);
+}
+void BM_onednn_f32_forward(benchmark::State& state) { onednn_forward(state, DType::f32); }
+void BM_onednn_bf16_forward(benchmark::State& state) { onednn_forward(state, DType::bf16); }
+
+// Loom's linear on bf16 activations and weights, on the path the dispatch chose (oneDNN on the
+// matrix units; widen, sgemm, round on the fp32 path: compare with BM_raw_sgemm_forward).
+void BM_loom_linear_forward_bf16(benchmark::State& state) {
+  set_threads(state);
+  const auto& s = kShapes[state.range(0)];
+  state.SetLabel(s.name);
+  Tensor x = random({s.tokens, s.in}, 1).to(DType::bf16), w = random({s.out, s.in}, 2).to(DType::bf16);
+  for (auto _ : state) benchmark::DoNotOptimize(ops::linear(x, w).raw_data());
+  report(state, 2.0 * s.tokens * s.in * s.out);
+}
+
 void shapes_and_threads(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2})
     for (int i = 0; i < static_cast<int>(std::size(kShapes)); ++i) b->Args({i, threads});
@@ -108,4 +137,15 @@ BENCHMARK(BM_raw_sgemm_forward)->Apply(shapes_and_threads);
 BENCHMARK(BM_loom_linear_forward)->Apply(shapes_and_threads);
 BENCHMARK(BM_raw_sgemm_backward)->Apply(shapes_and_threads);
 BENCHMARK(BM_loom_linear_backward)->Apply(shapes_and_threads);
-BENCHMARK_MAIN();
+BENCHMARK(BM_onednn_f32_forward)->Apply(shapes_and_threads);
+BENCHMARK(BM_loom_linear_forward_bf16)->Apply(shapes_and_threads);
+int main(int argc, char** argv) {
+  if (kernels::cpu::onednn_has_matmul(DType::bf16))
+    benchmark::RegisterBenchmark("BM_onednn_bf16_forward", BM_onednn_bf16_forward)->Apply(shapes_and_threads);
+  benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("cpu_matrix_path", bench::cpu_matrix_path());
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -23,6 +23,7 @@
 #include "loom/ops/linear.h"
 #include "loom/ops/loss.h"
 #include "loom/ops/rope.h"
+#include "cpu_path.h"
 
 using namespace loom;
 namespace k = loom::kernels::cpu;
@@ -196,6 +197,7 @@ BENCHMARK(BM_linear_then_cross_entropy_fwd_bwd)->Unit(benchmark::kMillisecond)->
 int main(int argc, char** argv) {
   apply_thread_env();
   benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("cpu_matrix_path", bench::cpu_matrix_path());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

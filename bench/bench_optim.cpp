@@ -15,6 +15,7 @@
 #include "loom/core/tensor.h"
 #include "loom/kernels/cpu/optimizer.h"
 #include "loom/optim/muon.h"
+#include "cpu_path.h"
 
 using namespace loom;
 using namespace loom::optim;
@@ -148,6 +149,7 @@ double find(const std::map<std::string, double>& m, const std::string& prefix) {
 int main(int argc, char** argv) {
   apply_thread_env();
   benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("cpu_matrix_path", bench::cpu_matrix_path());
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   SummaryReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);

@@ -216,6 +216,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     const double step_s = median(times);
     Json r = {{"config", command_line.config_path},
               {"cpu", train::cpu_model_name()},
+              {"cpu_matrix_path", bench::cpu_matrix_path()},
               {"processes", n},
               {"threads_per_process", num_threads()},
               {"micro_batches", m},

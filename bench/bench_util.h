@@ -11,6 +11,7 @@
 #include "loom/core/rng.h"
 #include "loom/core/tensor.h"
 #include "loom/dist/runtime.h"
+#include "cpu_path.h"
 
 namespace loom::bench {
 

@@ -17,6 +17,16 @@ add_library(loom_openblas INTERFACE)
 target_include_directories(loom_openblas INTERFACE ${LOOM_OPENBLAS_INCLUDE})
 target_link_libraries(loom_openblas INTERFACE ${LOOM_OPENBLAS_LIB})
 
+# oneDNN (Debian's libdnnl-dev, OpenMP runtime: the same libgomp pool as OpenBLAS and our
+# kernels): bf16 GEMMs on AMX / AVX512-BF16, chosen at run time (kernels/cpu/cpu_isa.h). Required,
+# not optional: the kernel that runs is picked from CPUID when Loom starts, so every build must
+# carry every path, or a binary built on one machine would silently lose the matrix units on the
+# next.
+find_package(dnnl CONFIG QUIET)
+if(NOT dnnl_FOUND)
+  message(FATAL_ERROR "oneDNN not found: run scripts/install-deps.sh (it installs libdnnl-dev)")
+endif()
+
 pkg_check_modules(YAMLCPP REQUIRED IMPORTED_TARGET yaml-cpp)
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 find_package(nlohmann_json REQUIRED)

@@ -6,6 +6,8 @@ set -euo pipefail
 PACKAGES=(
   g++ cmake ninja-build ccache pkg-config      # toolchain
   libopenblas-openmp-dev                       # GEMM, OpenMP flavour (one thread pool with ours)
+  libdnnl-dev ocl-icd-opencl-dev               # oneDNN: bf16 GEMMs on AMX / AVX512-BF16 (its CMake
+                                               # config requires OpenCL, only recommended by the package)
   libyaml-cpp-dev                              # configuration files
   nlohmann-json3-dev                           # safetensors headers, metadata, metrics
   libsentencepiece-dev sentencepiece           # tokenizer training and encoding

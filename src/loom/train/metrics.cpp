@@ -56,6 +56,8 @@ nlohmann::ordered_json number(double v) {
 }
 }  // namespace
 
+void MetricsWriter::set_run_field(const std::string& key, const std::string& value) { run_fields_[key] = value; }
+
 void MetricsWriter::write(const StepMetrics& m) {
   if (jsonl_.is_open()) {
     nlohmann::ordered_json j = {{"step", m.step},
@@ -70,6 +72,7 @@ void MetricsWriter::write(const StepMetrics& m) {
                                 {"time_s", number(m.time_s)},
                                 {"mem_current_bytes", m.mem_current_bytes},
                                 {"mem_peak_bytes", m.mem_peak_bytes}};
+    for (const auto& [k, v] : run_fields_) j[k] = v;
     if (m.skipped) j["skipped"] = true;
     for (const auto& [k, v] : m.extra) j[k] = number(v);
     for (const auto& [k, v] : pending_) j[k] = number(v);

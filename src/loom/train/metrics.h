@@ -43,6 +43,10 @@ class MetricsWriter {
   void write(const StepMetrics& m);
   // An arbitrary scalar (monitor callbacks); goes to TensorBoard and to the next jsonl line.
   void add_scalar(const std::string& tag, double value, int64_t step);
+  // A fact of the whole run (the CPU matrix path, say) written on every jsonl line: the file has
+  // one object per step and no header line, so a reader of any one line (or of a file appended to
+  // by a resumed run with a different machine) sees the facts that line was measured under.
+  void set_run_field(const std::string& key, const std::string& value);
   void flush();
 
  private:
@@ -51,6 +55,7 @@ class MetricsWriter {
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   int tensorboard_interval_;
   std::map<std::string, double> pending_;
+  std::map<std::string, std::string> run_fields_;
 };
 
 }  // namespace loom::train

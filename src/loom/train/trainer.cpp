@@ -16,6 +16,7 @@
 #include "loom/core/rng.h"
 #include "loom/core/trace.h"
 #include "loom/dist/sharded_checkpoint.h"
+#include "loom/kernels/cpu/cpu_isa.h"
 #include "loom/optim/grad_norm.h"
 #include "loom/optim/lr_scheduler.h"
 #include "loom/optim/optimizer_factory.h"
@@ -81,6 +82,7 @@ void Trainer::build() {
   // Before anything is allocated: a bad callback entry stops the run as check-config reports it.
   configured_callbacks_ = make_configured_callbacks(config_.callbacks);
   apply_thread_env();
+  kernels::cpu::matrix_dispatch();  // a bad LOOM_MAX_CPU_ISA stops the run here, before any work
   peak_gflops_ = peak_flops(num_threads()).gflops * options_.world_size;
   manual_seed(static_cast<uint64_t>(config_.training.seed));
 
@@ -105,6 +107,7 @@ void Trainer::build() {
             state_.num_accumulation_steps, " micro-batch", state_.num_accumulation_steps > 1 ? "es" : "",
             " of ", config_.training.local_batch_size, " × ", seq_length_, " tokens per step; peak ",
             peak_flops(num_threads()).description);
+  log::info("CPU matrix path: ", kernels::cpu::describe_matrix_path());
 }
 
 void Trainer::prepare_run_directory() {
@@ -216,6 +219,7 @@ void Trainer::build_monitoring() {
   metrics_ = std::make_unique<MetricsWriter>(
       writes && !options_.run_dir.empty() ? (fs::path(options_.run_dir) / "metrics.jsonl").string() : "",
       writes ? tb_dir : "", config_.monitor.tensorboard.log_interval);
+  metrics_->set_run_field("cpu_matrix_path", kernels::cpu::matrix_path_name(kernels::cpu::matrix_dispatch().path));
 
   ProfilerOptions po;
   po.enable = config_.profiler.enable_profiling;

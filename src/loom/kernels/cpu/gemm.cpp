@@ -3,6 +3,9 @@
 #include <cblas.h>
 
 #include "loom/core/parallel.h"
+#include "loom/kernels/cpu/cpu_isa.h"
+#include "loom/kernels/cpu/onednn_gemm.h"
+#include "loom/kernels/cpu/vec.h"
 
 namespace loom::kernels::cpu {
 
@@ -17,8 +20,37 @@ struct BlasMatrix {
   bool transposed;
 };
 
+// Rows of a bf16 matrix with unit inner stride, widened into a contiguous fp32 one; vectorised
+// and spread over the threads (a bf16 GEMM on the fp32 path widens both operands on every call,
+// so this runs as often as the GEMM). The same values as Tensor::to, which converts element by
+// element.
+Tensor widen_bf16_rows(const Tensor& t) {
+  const int64_t rows = t.shape()[0], cols = t.shape()[1], ld = t.strides()[0];
+  Tensor out = Tensor::empty({rows, cols}, DType::f32);
+  const bf16* src = static_cast<const bf16*>(t.raw_data());
+  float* dst = static_cast<float*>(out.raw_data());
+  parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) vec::widen_row(src + r * ld, dst + r * cols, cols);
+  });
+  return out;
+}
+
+// Rounds a contiguous fp32 [rows, cols] into bf16 c (unit inner stride), like widen_bf16_rows.
+void narrow_rows_to_bf16(const Tensor& src32, Tensor& c) {
+  const int64_t rows = c.shape()[0], cols = c.shape()[1], ld = c.strides()[0];
+  const float* src = static_cast<const float*>(src32.raw_data());
+  bf16* dst = static_cast<bf16*>(c.raw_data());
+  parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) vec::narrow_row(src + r * cols, dst + r * ld, cols);
+  });
+}
+
+bool unit_inner_stride(const Tensor& t) { return t.strides()[1] == 1 || t.shape()[1] <= 1; }
+
 BlasMatrix as_blas(const Tensor& t, DType compute) {
-  Tensor x = t.dtype() == compute ? t : t.to(compute);
+  Tensor x = t.dtype() == compute ? t
+             : t.dtype() == DType::bf16 && compute == DType::f32 && unit_inner_stride(t) ? widen_bf16_rows(t)
+                                                                                         : t.to(compute);
   const int64_t rows = x.shape()[0], cols = x.shape()[1];
   if (x.strides()[1] == 1 && (x.strides()[0] >= std::max<int64_t>(cols, 1) || rows <= 1))
     return {x, x.raw_data(), std::max<int64_t>(rows <= 1 ? cols : x.strides()[0], 1), false};
@@ -57,6 +89,8 @@ void check_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, int64_t& m, 
              ta ? "ᵀ" : "", " · ", b.shape().str(), tb ? "ᵀ" : "", " (", k, " vs ", kb, ")");
 }
 
+bool positive_strides(const Tensor& t) { return t.strides()[0] > 0 && t.strides()[1] > 0; }
+
 }  // namespace
 
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha,
@@ -69,6 +103,13 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& 
              DTypeError, "gemm: output dtype ", dtype_name(c.dtype()), " cannot hold a product of ",
              dtype_name(a.dtype()), " operands (use the same dtype, or float32 for bf16/f16)");
   if (m == 0 || n == 0) return;
+  // bf16 on a CPU with bf16 matrix units: oneDNN multiplies the bf16 operands in place (no
+  // widening), accumulating in fp32.
+  if (a.dtype() == DType::bf16 && k > 0 && matrix_dispatch().path != MatrixPath::fp32 &&
+      positive_strides(a) && positive_strides(b) && positive_strides(c)) {
+    onednn_gemm(a, trans_a, b, trans_b, c, alpha, beta);
+    return;
+  }
   const DType compute = a.dtype() == DType::f64 ? DType::f64 : DType::f32;
   const bool direct = c.dtype() == compute && c.strides()[1] == 1 &&
                       (c.strides()[0] >= n || m == 1);
@@ -76,7 +117,9 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& 
   BlasMatrix A = as_blas(a, compute), B = as_blas(b, compute);
   blas_gemm(compute, trans_a != A.transposed, trans_b != B.transposed, m, n, k, alpha, A.data,
             A.ld, B.data, B.ld, beta, cc.raw_data(), direct ? std::max<int64_t>(c.strides()[0], n) : n);
-  if (!direct) c.copy_(cc);
+  if (direct) return;
+  if (c.dtype() == DType::bf16 && unit_inner_stride(c)) narrow_rows_to_bf16(cc, c);
+  else c.copy_(cc);
 }
 
 Tensor matmul_2d(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
