@@ -62,7 +62,7 @@
 //
 // Both exchanges run on the ep group itself with nothing sent to the ranks a step does not talk
 // to. Results equal alltoall's on the same routing up to the order of the weighted sum: a token
-// whose experts are on one node (or with K ≤ 2) is summed exactly as on one process; otherwise
+// whose experts are all on one node is summed exactly as on one process; otherwise
 // the node sums are added, a rounding difference. Bytes per remote node: alltoall sends a token
 // once per expert there, deredundancy once (plus 8·K bytes of choices and weights).
 //
