@@ -16,6 +16,15 @@
 //                          forward ((ep-1)·E/ep int64 per layer); routing from the dispatcher's
 //                          own inputs (an outer wrapper on its "dispatch" operation)
 //   bytes_ratio            measured / counted, forward and backward
+//   inter_node_bytes       what every ep rank of the group sends to ranks on other nodes (nodes of
+//                          npu_nums_per_device consecutive ep ranks), counted from the last step's
+//                          routing for both dispatchers: alltoall (a copy per expert there, and
+//                          E/ep counts per remote rank) and alltoall_deredundancy (a row per token
+//                          and node, its K int32 choices and K weights, a row-count per node);
+//                          counted_bytes above follows the configured dispatcher, so a run with
+//                          either one checks its own count against what MPI was handed
+//   token_node_pairs_with_several_experts  (token, remote node) pairs with more than one copy:
+//                          where deredundancy sends fewer rows
 //   rows_per_rank          token copies each ep rank's experts computed in the last step;
 //                          load_imbalance = max / mean
 //   expert_state_bytes     this rank's routed-expert parameter + grad + optimizer bytes, and
@@ -26,6 +35,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -56,11 +66,89 @@ using Json = nlohmann::ordered_json;
 
 namespace {
 
-// What one dispatch call routed on this rank: copies per expert, the row width in bytes.
+// What one dispatch call routed on this rank: the experts of each token's K copies, the row and
+// routing-weight widths in bytes.
 struct DispatchRecord {
-  std::vector<int64_t> per_expert;
-  int64_t row_bytes = 0;
+  std::vector<int64_t> ids;  // [T, K]
+  int64_t top_k = 0, row_bytes = 0, weight_bytes = 0;
 };
+
+// Bytes one ep rank sends in one MoE layer, forward and backward, counted from the routing.
+struct Volume {
+  int64_t forward = 0, backward = 0;
+  void add(const Volume& v) {
+    forward += v.forward;
+    backward += v.backward;
+  }
+};
+
+// The routing of one MoE layer on every ep rank: ids[q] = rank q's [T, K] expert ids.
+struct LayerRouting {
+  std::vector<std::vector<int64_t>> ids;
+  int64_t K = 0, row_bytes = 0, weight_bytes = 0;
+  int64_t tokens() const { return static_cast<int64_t>(ids[0].size()) / K; }
+};
+
+// Expert parallelism's layout: ep ranks, E/ep experts each, nodes of P consecutive ep ranks.
+struct EpLayout {
+  int ep = 1, P = 1;
+  int64_t per_rank = 1;
+  int owner(int64_t e) const { return static_cast<int>(e / per_rank); }
+  int node(int rank) const { return rank / P; }
+};
+
+// alltoall (expert_parallel.h): every copy to its expert's rank and back; E/ep counts per peer.
+// `inter_node` counts only the peers on other nodes.
+Volume alltoall_volume(const LayerRouting& r, const EpLayout& l, int me, bool inter_node) {
+  auto counted = [&](int q) { return q != me && (!inter_node || l.node(q) != l.node(me)); };
+  int64_t copies = 0, peers = 0;
+  for (int q = 0; q < l.ep; ++q) {
+    if (!counted(q)) continue;
+    ++peers;
+    for (int64_t e : r.ids[static_cast<size_t>(me)]) copies += l.owner(e) == q;  // sent to q
+    for (int64_t e : r.ids[static_cast<size_t>(q)]) copies += l.owner(e) == me;  // q's, computed here
+  }
+  return {copies * r.row_bytes + peers * l.per_rank * 8, copies * r.row_bytes};
+}
+
+// alltoall_deredundancy: a token once to each node holding one of its experts (with K int32
+// choices and K weights), one partial sum back; inside the node alltoall's exchange of the copies.
+Volume deredundant_volume(const LayerRouting& r, const EpLayout& l, int me, bool inter_node) {
+  const int64_t T = r.tokens(), K = r.K, per_node = l.per_rank * l.P;
+  const int nodes = l.ep / l.P, index = me % l.P, my_node = l.node(me);
+  auto rows_to_node = [&](int q, int m) {  // rank q's tokens with an expert on node m
+    int64_t rows = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      bool needed = false;
+      for (int64_t k = 0; k < K; ++k) needed = needed || r.ids[static_cast<size_t>(q)][static_cast<size_t>(t * K + k)] / per_node == m;
+      rows += needed;
+    }
+    return rows;
+  };
+  Volume v;
+  for (int m = 0; m < nodes; ++m) {
+    if (m == my_node) continue;
+    const int64_t sent = rows_to_node(me, m), received = rows_to_node(m * l.P + index, my_node);
+    v.forward += sent * (r.row_bytes + K * 4 + K * r.weight_bytes) + 8 + received * r.row_bytes;
+    v.backward += received * (r.row_bytes + K * r.weight_bytes) + sent * r.row_bytes;
+  }
+  if (inter_node) return v;
+  // Inside the node: rank q = (my_node, i) holds the copies its peers across nodes sent it.
+  auto copies_at = [&](int i, int owner) {  // copies for `owner`'s experts held by in-node rank i
+    int64_t c = 0;
+    for (int m = 0; m < nodes; ++m)
+      for (int64_t e : r.ids[static_cast<size_t>(m * l.P + i)]) c += l.owner(e) == owner;
+    return c;
+  };
+  for (int i = 0; i < l.P; ++i) {
+    const int q = my_node * l.P + i;
+    if (q == me) continue;
+    const int64_t copies = copies_at(index, q) + copies_at(i, me);
+    v.forward += copies * r.row_bytes + l.per_rank * 8;
+    v.backward += copies * r.row_bytes;
+  }
+  return v;
+}
 
 int run(int argc, char** argv, dist::Runtime& rt) {
   apply_thread_env();
@@ -79,6 +167,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   std::unique_ptr<train::TrainModel> model = train::build_causal_lm(args);
   dist::ParallelizeOptions po;
   po.fsdp = train::fsdp_options(cfg.parallelism, layout.dims);
+  po.expert = train::expert_parallel_options(cfg.parallelism);
   auto parallel = dist::parallelize(model->module(), mesh, po);
   parallel->materialize(static_cast<uint64_t>(cfg.training.seed));
   model->set_backward_scale(train::micro_batch_backward_scale(*parallel, 1));
@@ -92,12 +181,13 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   // The routing each dispatch saw, recorded from its own inputs (outermost wrapper).
   std::vector<DispatchRecord> records;
   for (nn::MoELayer* moe : moes)
-    moe->token_dispatcher().add_operation_wrapper("dispatch", [&records, E](const nn::TensorFn& inner,
-                                                                            const std::vector<Tensor>& in) {
+    moe->token_dispatcher().add_operation_wrapper("dispatch", [&records](const nn::TensorFn& inner,
+                                                                         const std::vector<Tensor>& in) {
       DispatchRecord r;
-      r.per_expert.assign(static_cast<size_t>(E), 0);
-      for (int64_t e : in[1].to_int_vector()) ++r.per_expert[static_cast<size_t>(e)];
+      r.ids = in[1].to_int_vector();
+      r.top_k = in[1].size(1);
       r.row_bytes = in[0].size(1) * static_cast<int64_t>(dtype_size(in[0].dtype()));
+      r.weight_bytes = static_cast<int64_t>(dtype_size(in[2].dtype()));
       records.push_back(r);
       return inner(in);
     });
@@ -143,33 +233,51 @@ int run(int argc, char** argv, dist::Runtime& rt) {
                    static_cast<long long>(forward_sent), static_cast<long long>(backward_sent));
   }
 
-  // The last step's routing of every ep rank: counts[q][layer][e].
+  // The last step's routing of every ep rank.
   LOOM_CHECK(records.size() == moes.size(), ValueError, "bench_ep expected one dispatch per MoE layer, got ",
              records.size());
   std::vector<int64_t> mine;
-  for (const DispatchRecord& r : records) mine.insert(mine.end(), r.per_expert.begin(), r.per_expert.end());
+  for (const DispatchRecord& r : records) mine.insert(mine.end(), r.ids.begin(), r.ids.end());
   Tensor all = Tensor::empty({static_cast<int64_t>(mine.size()) * ep}, DType::i64);
   ep_group.all_gather(Tensor::from_vector(mine, {static_cast<int64_t>(mine.size())}), all);
-  const std::vector<int64_t> counts = all.to_int_vector();
-  auto count = [&](int q, size_t layer, int64_t e) {
-    return counts[(static_cast<size_t>(q) * records.size() + layer) * static_cast<size_t>(E) + static_cast<size_t>(e)];
-  };
-  int64_t counted_forward = 0, counted_backward = 0, remote_rows = 0;
+  const std::vector<int64_t> gathered = all.to_int_vector();
+  const dist::ExpertParallelOptions& expert = po.expert;
+  const bool deredundant = expert.dispatcher == dist::TokenDispatcher::alltoall_deredundancy;
+  // Nodes of npu_nums_per_device ep ranks (the whole group when it is smaller: one node).
+  const int node_size = std::min(ep, std::max(expert.ranks_per_node, 1));
+  const EpLayout el{ep, ep % node_size == 0 ? node_size : 1, L};
+  std::vector<LayerRouting> routing(records.size());
+  for (size_t l = 0, at = 0; l < records.size(); ++l) {
+    routing[l].K = records[l].top_k;
+    routing[l].row_bytes = records[l].row_bytes;
+    routing[l].weight_bytes = records[l].weight_bytes;
+    for (int q = 0; q < ep; ++q)
+      routing[l].ids.emplace_back(gathered.begin() + static_cast<std::ptrdiff_t>(q * mine.size() + at),
+                                  gathered.begin() + static_cast<std::ptrdiff_t>(q * mine.size() + at + records[l].ids.size()));
+    at += records[l].ids.size();
+  }
+  Volume counted;  // this rank, the configured dispatcher, every peer
+  Volume inter_alltoall, inter_deredundant;  // every ep rank, peers on other nodes
+  int64_t remote_rows = 0, several_on_one_remote_node = 0;
   std::vector<int64_t> rows_per_rank(static_cast<size_t>(ep), 0);
-  for (size_t l = 0; l < records.size(); ++l) {
-    int64_t sent = 0, received = 0;  // S and R of this rank
-    for (int64_t e = 0; e < E; ++e) {
-      const int owner = static_cast<int>(e / L);
-      if (owner != me) sent += count(me, l, e);
-      for (int q = 0; q < ep; ++q) {
-        rows_per_rank[static_cast<size_t>(owner)] += count(q, l, e);
-        if (owner == me && q != me) received += count(q, l, e);
+  for (const LayerRouting& r : routing) {
+    counted.add(deredundant ? deredundant_volume(r, el, me, false) : alltoall_volume(r, el, me, false));
+    for (int q = 0; q < ep; ++q) {
+      inter_alltoall.add(alltoall_volume(r, el, q, true));
+      inter_deredundant.add(deredundant_volume(r, el, q, true));
+      for (int64_t e : r.ids[static_cast<size_t>(q)]) ++rows_per_rank[static_cast<size_t>(el.owner(e))];
+      for (int64_t t = 0; t < r.tokens(); ++t) {  // a token with two copies on one other node
+        std::map<int, int> per_node;
+        for (int64_t k = 0; k < r.K; ++k) {
+          const int m = el.node(el.owner(r.ids[static_cast<size_t>(q)][static_cast<size_t>(t * r.K + k)]));
+          if (m != el.node(q)) ++per_node[m];
+        }
+        for (const auto& [m, c] : per_node) several_on_one_remote_node += c > 1 ? 1 : 0;
       }
     }
-    remote_rows += sent;
-    counted_forward += (sent + received) * records[l].row_bytes + (ep - 1) * L * 8;
-    counted_backward += (sent + received) * records[l].row_bytes;
+    for (int64_t e : r.ids[static_cast<size_t>(me)]) remote_rows += el.owner(e) != me;
   }
+  const int64_t counted_forward = counted.forward, counted_backward = counted.backward;
   const double mean_rows = std::accumulate(rows_per_rank.begin(), rows_per_rank.end(), 0.0) / ep;
   const double max_rows = static_cast<double>(*std::max_element(rows_per_rank.begin(), rows_per_rank.end()));
 
@@ -213,6 +321,13 @@ int run(int argc, char** argv, dist::Runtime& rt) {
                {{"forward", counted_forward ? static_cast<double>(forward_sent) / static_cast<double>(counted_forward) : 1.0},
                 {"backward",
                  counted_backward ? static_cast<double>(backward_sent) / static_cast<double>(counted_backward) : 1.0}}},
+              {"dispatcher", deredundant ? "alltoall_deredundancy" : "alltoall"},
+              {"ranks_per_node", el.P},
+              {"inter_node_bytes",
+               {{"alltoall", {{"forward", inter_alltoall.forward}, {"backward", inter_alltoall.backward}}},
+                {"alltoall_deredundancy",
+                 {{"forward", inter_deredundant.forward}, {"backward", inter_deredundant.backward}}}}},
+              {"token_node_pairs_with_several_experts", several_on_one_remote_node},
               {"rows_per_rank", rows_per_rank},
               {"load_imbalance", mean_rows > 0 ? max_rows / mean_rows : 1.0},
               {"expert_state_bytes", expert_state},

@@ -8,11 +8,14 @@
 #   2. all-to-all bytes sent per step on the ep group against the routed volume, forward and
 #      backward, the per-rank load imbalance and the routed-expert state against one process's / ep,
 #      at each of EP (4 processes on 2 cores: fine for bytes, not for speed).
+#   3. inter-node bytes of alltoall against alltoall_deredundancy on the same routing: 4 ranks,
+#      ep 4 in nodes of npu_nums_per_device 2, one run per dispatcher (each checks its own
+#      measured bytes against its count), both counts printed from each run's routing.
 #   bench/ep_throughput.sh                 # everything
 #   PARTS="bytes" EP="2 4" bench/ep_throughput.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PARTS=${PARTS:-"speed bytes"}
+PARTS=${PARTS:-"speed bytes deredundancy"}
 ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-6}
 EP=${EP:-"2 4"}
@@ -68,6 +71,27 @@ print("  ep %d (rank 0): sent forward %d B / counted %d B (ratio %.6f), backward
       "one process's / ep %d B" % (r["ep"], s["forward"], c["forward"], q["forward"], s["backward"], c["backward"],
                                    q["backward"], r["remote_rows_sent"], r["rows_per_rank"], r["load_imbalance"],
                                    r["expert_state_bytes"], r["expert_state_target_bytes"]))
+PYEOF
+  done
+fi
+
+if [[ " $PARTS " == *" deredundancy "* ]]; then
+  for dispatcher in alltoall alltoall_deredundancy; do
+    line=$(bench 4 8 --ep 4 --steps 1 --warmup 1 --set parallelism.npu_nums_per_device=2 \
+           --set parallelism.moe_token_dispatcher_type=$dispatcher)
+    echo "inter-node, $dispatcher: $line"
+    $PY - "$line" <<'PYEOF'
+import json, sys
+r = json.loads(sys.argv[1])
+s, c, q, i = r["ep_bytes_sent"], r["counted_bytes"], r["bytes_ratio"], r["inter_node_bytes"]
+a, d = i["alltoall"], i["alltoall_deredundancy"]
+print("  %s, ep %d in nodes of %d (rank 0): sent forward %d B / counted %d B (ratio %.6f), backward %d B / %d B "
+      "(ratio %.6f)" % (r["dispatcher"], r["ep"], r["ranks_per_node"], s["forward"], c["forward"], q["forward"],
+                        s["backward"], c["backward"], q["backward"]))
+print("  inter-node bytes of the ep group on this routing: alltoall forward %d backward %d; deredundancy forward %d "
+      "(%.3fx) backward %d (%.3fx); %d (token, remote node) pairs with several experts"
+      % (a["forward"], a["backward"], d["forward"], d["forward"] / a["forward"], d["backward"],
+         d["backward"] / a["backward"], r["token_node_pairs_with_several_experts"]))
 PYEOF
   done
 fi

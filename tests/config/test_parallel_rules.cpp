@@ -179,9 +179,8 @@ TEST(ParallelLimits, DeredundancyDispatcherNeedsLargeExpertParallel) {
             "");
 }
 
-// Expert parallelism trains (dist/expert_parallel.h); its de-redundant dispatcher is a gap: the
-// file is valid, the run stops with what to set.
-TEST(ParallelRules, ExpertParallelTrainsAndTheDeredundantDispatcherIsAGap) {
+// Expert parallelism trains with either dispatcher (dist/expert_parallel.h): no start-up gap.
+TEST(ParallelRules, ExpertParallelTrainsWithEitherDispatcher) {
   auto gaps_about = [](const LoadedConfig& c, const std::string& what) {
     std::string out;
     for (const std::string& g : c.resolved->gaps)
@@ -196,9 +195,24 @@ TEST(ParallelRules, ExpertParallelTrainsAndTheDeredundantDispatcherIsAGap) {
                                   "  moe_token_dispatcher_type: alltoall_deredundancy\ntraining:\n"
                                   "  global_batch_size: 2\n", 2);
   ASSERT_TRUE(deredundant.resolved.has_value());
-  EXPECT_EQ(gaps_about(deredundant, "moe_token_dispatcher_type"),
-            "test.yaml:4:30: parallelism.moe_token_dispatcher_type: is 'alltoall_deredundancy', but this build "
-            "dispatches expert-parallel tokens with 'alltoall' only; set moe_token_dispatcher_type: alltoall");
+  EXPECT_EQ(gaps_about(deredundant, "moe_token_dispatcher_type"), "");
+  EXPECT_EQ(gaps_about(deredundant, "expert_parallel"), "");
+}
+
+// Nodes are blocks of npu_nums_per_device ep ranks: ep must fill whole nodes.
+TEST(ParallelLimits, DeredundancyNodesDivideExpertParallel) {
+  const std::string e = errors("parallelism:\n  expert_parallel: 6\n  npu_nums_per_device: 4\n"
+                               "  moe_token_dispatcher_type: alltoall_deredundancy\n");
+  EXPECT_NE(e.find("parallelism.npu_nums_per_device: moe_token_dispatcher_type 'alltoall_deredundancy' groups the "
+                   "expert_parallel ranks into nodes of npu_nums_per_device, so expert_parallel (6) must be a multiple "
+                   "of npu_nums_per_device (4)"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(errors("parallelism:\n  expert_parallel: 4\n  npu_nums_per_device: 2\n"
+                   "  moe_token_dispatcher_type: alltoall_deredundancy\n"),
+            "");
+  // The plain dispatcher ignores npu_nums_per_device.
+  EXPECT_EQ(errors("parallelism:\n  expert_parallel: 6\n  npu_nums_per_device: 4\n"), "");
 }
 
 TEST(ParallelRules, EnumeratedValues) {

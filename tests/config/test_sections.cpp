@@ -231,6 +231,14 @@ TEST(RequiredFields, ModelNeedsTypeOrArchitecture) {
   EXPECT_NE(errors("model:\n  num_hidden_layers: 4\n").find("set model.model_type"), std::string::npos);
   EXPECT_EQ(errors("model:\n  architectures: Qwen3ForCausalLM\n"), "");
   EXPECT_EQ(errors("model:\n  model_type: qwen3\n"), "");
+  // HF's config.json form: a list with one name.
+  EXPECT_EQ(errors("model:\n  architectures: [DeepseekV3ForCausalLM]\n"), "");
+  EXPECT_NE(errors("model:\n  model_type: qwen3\n  architectures: [DeepseekV3ForCausalLM]\n")
+                .find("model.model_type = \"qwen3\" and model.architectures = \"DeepseekV3ForCausalLM\" disagree"),
+            std::string::npos);
+  EXPECT_NE(errors("model:\n  architectures: [DeepseekV3ForCausalLM, Qwen3ForCausalLM]\n")
+                .find("model.architectures must be one architecture name (or a one-element list)"),
+            std::string::npos);
   const std::string w = warnings("model:\n  model_type: qwen3\n  model_tpye: x\n");
   EXPECT_NE(w.find("model.model_tpye: is passed to the model unchecked; did you mean 'model_type'?"), std::string::npos)
       << w;

@@ -217,6 +217,22 @@ TEST(NnAttention, CoreAttentionSitsBetweenTheProjectionsAndTakesTheirHeads) {
   EXPECT_TRUE(mla.core_attention().options().causal);
 }
 
+// The latent norms use epsilon 1e-6 whatever rms_norm_eps says (transformers' and DeepSeek's
+// q_a_layernorm / kv_a_layernorm): MLA, which has no other norm, computes the same output with
+// norm_epsilon 0.5 as with 1e-6 (before, 0.5 changed every output).
+TEST(NnAttention, MlaLatentNormsIgnoreRmsNormEps) {
+  auto c = mla_config(6);
+  auto rotary = std::make_shared<RotaryEmbedding>(c, c.qk_rope_head_dim);
+  MLASelfAttention usual(c, rotary);
+  usual.materialize(31);
+  c.norm_epsilon = 0.5;
+  MLASelfAttention loose(c, rotary);
+  loose.load_state_dict(usual.state_dict());
+  Tensor x = random_f64({2, 4, 8}, 32);
+  autograd::NoGradGuard no_grad;
+  EXPECT_EQ(loose.forward(x, Tensor(), Tensor()).to_double_vector(), usual.forward(x, Tensor(), Tensor()).to_double_vector());
+}
+
 TEST(NnAttention, ContextParallelAttachesByReplacingTheCoreAttention) {
   // A one-process stand-in for all-gather-KV context parallelism (parallel.md §2.5): the
   // replaced forward runs each half of the queries against the whole K/V with q_offset, with the

@@ -141,6 +141,52 @@ TEST(NnMoe, GroupLimitedRoutingKeepsTheBestGroups) {
   EXPECT_GT(limited, 0) << "the data should exercise the group limit";
 }
 
+// Where transformers and DeepSeek's reference disagree (docs/models.md): dropped groups are
+// masked with −inf, so with every biased choice negative (a 0 mask would pick the dropped groups'
+// experts) the choice still stays inside the kept groups.
+TEST(NnMoe, DroppedGroupsStayDroppedWhenBiasedChoicesAreNegative) {
+  auto c = moe_config(8, 2);
+  c.score_function = ScoreFunction::sigmoid;
+  c.moe_router_num_groups = 4;  // groups {0,1} {2,3} {4,5} {6,7}
+  c.moe_router_group_topk = 2;
+  c.moe_router_enable_expert_bias = true;
+  TopKRouter router(c);
+  router.materialize(3);
+  router.expert_bias().copy_(Tensor::from_vector(std::vector<float>(8, -3.0f), {8}));  // choices in (-3, -2)
+  Tensor x = random_f64({2, 8, 8}, 4, -2, 2);
+  std::vector<int64_t> idx = router.route(x).indices.to_int_vector();
+  std::vector<double> s = scores_of(x, router.weight().tensor, ScoreFunction::sigmoid);
+  for (int64_t t = 0; t < 16; ++t) {
+    std::vector<std::pair<double, int>> g;  // group score: the sum of its two biased choices
+    for (int gi = 0; gi < 4; ++gi) g.push_back({-(s[t * 8 + 2 * gi] + s[t * 8 + 2 * gi + 1] - 6.0), gi});
+    std::sort(g.begin(), g.end());
+    const std::set<int> kept{g[0].second, g[1].second};
+    for (int k = 0; k < 2; ++k)
+      EXPECT_TRUE(kept.count(static_cast<int>(idx[t * 2 + k] / 2))) << "token " << t << " chose expert "
+                                                                     << idx[t * 2 + k] << " of a dropped group";
+  }
+}
+
+// Top-1 with norm_topk_prob renormalises too (transformers): the one weight is 1 · routed_scaling_factor.
+TEST(NnMoe, TopOneWithNormTopkProbRenormalises) {
+  auto c = moe_config(4, 1);
+  c.score_function = ScoreFunction::sigmoid;
+  c.norm_topk_prob = true;
+  c.routed_scaling_factor = 2.5;
+  TopKRouter router(c);
+  router.materialize(1);
+  Tensor x = random_f64({1, 5, 8}, 2);
+  for (double w : router.route(x).weights.to_double_vector()) EXPECT_NEAR(w, 2.5, 1e-12);
+  c.norm_topk_prob = false;  // without it: the score itself
+  TopKRouter plain(c);
+  plain.materialize(1);
+  Routing r = plain.route(x);
+  std::vector<double> s = scores_of(x, plain.weight().tensor, ScoreFunction::sigmoid);
+  std::vector<int64_t> idx = r.indices.to_int_vector();
+  std::vector<double> w = r.weights.to_double_vector();
+  for (int64_t t = 0; t < 5; ++t) EXPECT_NEAR(w[t], 2.5 * s[t * 4 + idx[t]], 1e-12);
+}
+
 TEST(NnMoe, ExpertBiasSteersSelectionButNeverTheWeights) {
   auto c = moe_config(4, 2);
   c.score_function = ScoreFunction::sigmoid;

@@ -7,7 +7,7 @@ namespace loom::config {
 Json model_section_json(const ModelConfig& model) {
   Json j = Json::object();
   if (model.model_type) j["model_type"] = *model.model_type;
-  if (model.architectures) j["architectures"] = *model.architectures;
+  if (model.architectures) std::visit([&j](const auto& a) { j["architectures"] = a; }, *model.architectures);
   if (model.extras.is_object())
     for (auto it = model.extras.begin(); it != model.extras.end(); ++it)
       if (!j.contains(it.key())) j[it.key()] = it.value();

@@ -60,6 +60,15 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
                "moe_token_dispatcher_type 'alltoall_deredundancy' requires expert_parallel >= npu_nums_per_device, "
                "got expert_parallel " + std::to_string(p.expert_parallel) + " < npu_nums_per_device " +
                    std::to_string(p.npu_nums_per_device) + "; raise expert_parallel or use 'alltoall'");
+  // Nodes are blocks of npu_nums_per_device ep ranks (dist/expert_parallel.h): a partial node has
+  // no peer of every index.
+  if (p.moe_token_dispatcher_type == "alltoall_deredundancy" && p.npu_nums_per_device >= 1 &&
+      p.expert_parallel >= p.npu_nums_per_device && p.expert_parallel % p.npu_nums_per_device != 0)
+    diag.error(P + "npu_nums_per_device",
+               "moe_token_dispatcher_type 'alltoall_deredundancy' groups the expert_parallel ranks into nodes of "
+               "npu_nums_per_device, so expert_parallel (" + std::to_string(p.expert_parallel) +
+                   ") must be a multiple of npu_nums_per_device (" + std::to_string(p.npu_nums_per_device) +
+                   "); set npu_nums_per_device to the ranks per node, a divisor of expert_parallel");
 
   // SP cannot be switched off (parallel_training.md §6): the reference raises for TP without SP,
   // Loom accepts the field and says what really happens.
@@ -205,11 +214,6 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
   if (cp > 1 && p.context_parallel_async)
     diag.warn(P + "context_parallel_async", "has no effect in this build: the colossal ring always overlaps its "
                                             "transfers with compute, and Ulysses' all-to-alls are blocking");
-  if (p.expert_parallel > 1 && p.moe_token_dispatcher_type == "alltoall_deredundancy")
-    out.unsupported.emplace_back(P + "moe_token_dispatcher_type",
-                                 P + "moe_token_dispatcher_type: is 'alltoall_deredundancy', but this build dispatches "
-                                     "expert-parallel tokens with 'alltoall' only; set moe_token_dispatcher_type: "
-                                     "alltoall");
   if (p.pipeline_parallel > 1 && p.pipeline_parallel_overlap_b_f)
     out.unsupported.emplace_back(P + "pipeline_parallel_overlap_b_f",
                                  P + "pipeline_parallel_overlap_b_f: is True, but this build does not interleave one "

@@ -255,7 +255,8 @@ struct ModelConfig {
   static constexpr const char* kClassName = "ModelConfig";
   static constexpr bool kAllowExtra = true;
   std::optional<std::string> model_type;     // at least one of model_type/architectures
-  std::optional<std::string> architectures;  // is required (see docs/configuration.md)
+  // is required (see docs/configuration.md); HF's config.json form, a one-element list, is accepted too.
+  std::optional<std::variant<std::string, std::vector<std::string>>> architectures;
   Json extras = Json::object();              // structure hyper-parameters, HF or MF names
 
   template <class Self, class V>

@@ -42,6 +42,30 @@
 // come home the same way, and each expert's weight grad sums every peer's rows. The shared
 // experts run on the local tokens.
 //
+// alltoall_deredundancy (parallel.md §4.5, MindFormers' DeredundancyExpertParallel). The ep
+// ranks form nodes of P = npu_nums_per_device consecutive ranks (ep rank r: node r/P, index r%P;
+// with one rank per core and mpirun filling each host in turn, the physical hosts). The placement
+// is alltoall's, so node m owns experts [m·P·L, (m+1)·P·L). A token routed to several experts on
+// one remote node should cross the node boundary once, not once per expert:
+//
+//   across      each token once to every node that holds at least one of its experts, to the
+//               rank of the same index there (DeepEP's forwarding rather than MindFormers' all-
+//               gather, which also sends the tokens a node does not need, so this never sends
+//               more rows than alltoall); with the row travel its K choices as that node's
+//               experts (int32; another node's choice is marked) and its K routing weights
+//   inside      the copies for the node's experts, grouped by expert, go to their ranks over the
+//               node (to_experts below, alltoall's exchange restricted to the node's P ranks);
+//               grouped GEMM as before; the outputs come back
+//   combine     each received row's weighted sum over this node's experts, in slot order (one
+//               row per token and node: the reduce-scatter's dedup), sent home, where the node
+//               sums are added in node order.
+//
+// Both exchanges run on the ep group itself with nothing sent to the ranks a step does not talk
+// to. Results equal alltoall's on the same routing up to the order of the weighted sum: a token
+// whose experts are all on one node is summed exactly as on one process; otherwise
+// the node sums are added, a rounding difference. Bytes per remote node: alltoall sends a token
+// once per expert there, deredundancy once (plus 8·K bytes of choices and weights).
+//
 // Everything a combine needs (the row maps, the weights, the rows sent and received per peer)
 // travels in the dispatcher's combine state, never in members: correct with several micro-
 // batches in flight and under recompute, which re-runs the dispatch (and its all-to-alls) in the
@@ -62,12 +86,22 @@
 
 namespace loom::dist {
 
+enum class TokenDispatcher { alltoall, alltoall_deredundancy };
+
+// parallelism.moe_token_dispatcher_type and npu_nums_per_device, resolved (the configuration
+// checks that npu_nums_per_device ≤ expert_parallel and divides it).
+struct ExpertParallelOptions {
+  TokenDispatcher dispatcher = TokenDispatcher::alltoall;
+  int ranks_per_node = 8;  // alltoall_deredundancy only
+};
+
 // Splits the routed experts of every MoE layer of `model` (an nn::CausalLM, on the meta device or
 // materialised: values are kept) over the mesh's "ep" group and wraps their token dispatchers.
 // Apply it after tensor parallelism and before the memory policy and FSDP (DESIGN.md order).
-// The configuration checks that ep divides dp_shard·cp·tp and the number of routed experts;
-// ShapeError with both numbers otherwise. Returns the number of MoE layers split (0 for a dense
+// The configuration checks that ep divides dp_shard·cp·tp and the number of routed experts (and
+// that npu_nums_per_device divides ep under alltoall_deredundancy); ShapeError with the numbers
+// otherwise. Returns the number of MoE layers split (0 for a dense
 // model: nothing to do).
-int apply_expert_parallel(nn::Module& model, DeviceMesh& mesh);
+int apply_expert_parallel(nn::Module& model, DeviceMesh& mesh, const ExpertParallelOptions& options = {});
 
 }  // namespace loom::dist

@@ -17,7 +17,7 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, std::shared_ptr<De
 
   if (dims.tp() > 1) apply_tensor_parallel(model, *mesh);
   if (dims.cp() > 1) apply_context_parallel(model, *mesh, options.context);
-  const bool expert_parallel = dims.ep() > 1 && apply_expert_parallel(model, *mesh) > 0;
+  const bool expert_parallel = dims.ep() > 1 && apply_expert_parallel(model, *mesh, options.expert) > 0;
   if (dims.pp() > 1) parallel->pipeline_ = apply_pipeline(model, *mesh, options.pipeline);
 
   if (options.memory_policy) options.memory_policy(model);

@@ -28,6 +28,7 @@
 #include "loom/core/allocator.h"
 #include "loom/dist/context_parallel.h"
 #include "loom/dist/device_mesh.h"
+#include "loom/dist/expert_parallel.h"
 #include "loom/dist/fsdp.h"
 #include "loom/dist/pipeline.h"
 #include "loom/nn/module.h"
@@ -37,6 +38,7 @@ namespace loom::dist {
 struct ParallelizeOptions {
   FsdpOptions fsdp;
   ContextParallelOptions context;
+  ExpertParallelOptions expert;
   // The layers of every virtual stage; used when the mesh's pp axis has more than one rank.
   PipelineLayout pipeline;
   // Installs recompute/swap on the model (memory::apply_memory_plan): after the model-splitting

@@ -7,6 +7,13 @@
 
 namespace loom::nn {
 
+namespace {
+// The latent norms (HF q_a_layernorm, kv_a_layernorm) use a fixed epsilon in transformers'
+// DeepseekV3Attention and in DeepSeek's reference MLA (RMSNorm(q_lora_rank) / RMSNorm(kv_lora_rank)
+// with the default 1e-6), not rms_norm_eps, which only the decoder's norms read.
+constexpr double kLatentNormEps = 1e-6;
+}  // namespace
+
 MLASelfAttention::MLASelfAttention(const TransformerConfig& c, std::shared_ptr<RotaryEmbedding> rotary)
     : AttentionLayer("MLASelfAttention"),
       q_lora_rank_(c.q_lora_rank),
@@ -25,7 +32,7 @@ MLASelfAttention::MLASelfAttention(const TransformerConfig& c, std::shared_ptr<R
     LinearOptions qa = o;
     qa.bias = c.attention_bias;  // HF q_a_proj carries attention_bias
     linear_qa_ = register_module("linear_qa", std::make_shared<Linear>(D, q_lora_rank_, qa));
-    q_layernorm_ = register_module("q_layernorm", make_norm(c, q_lora_rank_));
+    q_layernorm_ = register_module("q_layernorm", make_norm(c, q_lora_rank_, kLatentNormEps));
     linear_qb_ = register_module("linear_qb", std::make_shared<Linear>(q_lora_rank_, H * qk, o));
   } else {
     linear_q_ = register_module("linear_q", std::make_shared<Linear>(D, H * qk, o));
@@ -33,7 +40,7 @@ MLASelfAttention::MLASelfAttention(const TransformerConfig& c, std::shared_ptr<R
   LinearOptions kva = o;
   kva.bias = c.attention_bias;  // HF kv_a_proj_with_mqa carries attention_bias
   linear_kva_ = register_module("linear_kva", std::make_shared<Linear>(D, kv_lora_rank_ + rope_, kva));
-  kv_layernorm_ = register_module("kv_layernorm", make_norm(c, kv_lora_rank_));
+  kv_layernorm_ = register_module("kv_layernorm", make_norm(c, kv_lora_rank_, kLatentNormEps));
   linear_kvb_ = register_module("linear_kvb", std::make_shared<Linear>(kv_lora_rank_, H * (nope_ + v_dim_), o));
   CoreAttentionOptions core;
   core.softmax_scale = 1.0 / std::sqrt(static_cast<double>(qk)) * ops::yarn_softmax_scale_factor(c.rope_scaling);

@@ -32,10 +32,12 @@ Tensor LayerNorm::forward(const Tensor& x) {
   });
 }
 
-std::shared_ptr<Norm> make_norm(const TransformerConfig& c, int64_t dim) {
+std::shared_ptr<Norm> make_norm(const TransformerConfig& c, int64_t dim) { return make_norm(c, dim, c.norm_epsilon); }
+
+std::shared_ptr<Norm> make_norm(const TransformerConfig& c, int64_t dim, double eps) {
   if (c.normalization == NormKind::layer_norm)
-    return std::make_shared<LayerNorm>(dim, c.norm_epsilon, c.params_dtype, c.layernorm_compute_dtype);
-  return std::make_shared<RMSNorm>(dim, c.norm_epsilon, c.params_dtype, c.layernorm_compute_dtype);
+    return std::make_shared<LayerNorm>(dim, eps, c.params_dtype, c.layernorm_compute_dtype);
+  return std::make_shared<RMSNorm>(dim, eps, c.params_dtype, c.layernorm_compute_dtype);
 }
 
 }  // namespace loom::nn

@@ -45,7 +45,9 @@ class LayerNorm : public Norm {
   Parameter* bias_;
 };
 
-// The norm `config.normalization` names, over the last dim of size `dim`.
+// The norm `config.normalization` names, over the last dim of size `dim`, with epsilon
+// config.norm_epsilon (or `eps`).
 std::shared_ptr<Norm> make_norm(const TransformerConfig& config, int64_t dim);
+std::shared_ptr<Norm> make_norm(const TransformerConfig& config, int64_t dim, double eps);
 
 }  // namespace loom::nn

@@ -191,9 +191,8 @@ Routing TopKRouter::route(const Tensor& x) {
   Routing r;
   r.indices = Tensor::from_vector(idx, {T, K});
   Tensor w = ops::gather(scores, 1, r.indices);
-  // HF DeepSeek-V3 skips the renormalisation for top-1 routing; HF Qwen3-MoE (softmax) does not.
-  const bool renormalise = config_.norm_topk_prob && (K > 1 || config_.score_function == ScoreFunction::softmax);
-  if (renormalise) w = ops::div(w, ops::add_scalar(ops::sum(w, {1}, true), 1e-20));
+  // Top-1 too, as transformers does: its one weight becomes 1 (router.h).
+  if (config_.norm_topk_prob) w = ops::div(w, ops::add_scalar(ops::sum(w, {1}, true), 1e-20));
   if (config_.routed_scaling_factor != 1.0) w = ops::scale(w, config_.routed_scaling_factor);
   Tensor aux = balance_loss(scores, idx, B, S);
   if (aux.defined()) {

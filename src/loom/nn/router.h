@@ -2,9 +2,12 @@
 //   s      = softmax(x Wᵀ) or sigmoid(x Wᵀ), in router_dense_type
 //   choice = s + expert_bias                 (bias only for selection; aux-loss-free balancing)
 //   groups : with n_group > 1, keep the topk_group groups with the largest sum of their top-2
-//            choices (the top-1 for one-expert groups), the rest cannot be chosen
+//            choices (the top-1 for one-expert groups), the rest cannot be chosen: masked with
+//            −inf as in DeepSeek's reference and Megatron, not with 0 as in transformers, which
+//            lets a dropped group win once the biased choices are negative (docs/models.md)
 //   idx    = topk(choice, K);  w = s[idx]  (original scores, never the bias)
-//   w      = w / (Σ w + 1e-20) if norm_topk_prob;  w = w · routed_scaling_factor
+//   w      = w / (Σ w + 1e-20) if norm_topk_prob, top-1 included (transformers; DeepSeek's
+//            reference too for sigmoid; Megatron skips it for top-1);  w = w · routed_scaling_factor
 // Balance losses (coefficient α, K = topk, E = experts, p = s for softmax, s/Σs for sigmoid,
 // c_i = tokens routed to expert i):
 //   aux_loss     : α·E/(K·T²)·Σ_i c_i·Σ_t p_ti over the micro-batch's T tokens

@@ -16,6 +16,14 @@ dist::FsdpOptions fsdp_options(const config::ParallelismConfig& parallelism, con
   return o;
 }
 
+dist::ExpertParallelOptions expert_parallel_options(const config::ParallelismConfig& parallelism) {
+  dist::ExpertParallelOptions o;
+  if (parallelism.moe_token_dispatcher_type == "alltoall_deredundancy")
+    o.dispatcher = dist::TokenDispatcher::alltoall_deredundancy;
+  o.ranks_per_node = parallelism.npu_nums_per_device;
+  return o;
+}
+
 dist::PipelineLayout pipeline_layout(const config::PipelinePlan& plan) {
   dist::PipelineLayout layout;
   layout.pipeline_parallel = plan.pipeline_parallel;

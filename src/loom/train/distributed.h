@@ -11,6 +11,7 @@
 
 #include "loom/config/parallel_layout.h"
 #include "loom/config/sections.h"
+#include "loom/dist/expert_parallel.h"
 #include "loom/dist/fsdp.h"
 #include "loom/dist/pipeline.h"
 #include "loom/nn/module.h"
@@ -21,6 +22,9 @@
 namespace loom::train {
 
 dist::FsdpOptions fsdp_options(const config::ParallelismConfig& parallelism, const dist::ParallelDims& dims);
+
+// The token dispatcher of expert parallelism (moe_token_dispatcher_type, npu_nums_per_device).
+dist::ExpertParallelOptions expert_parallel_options(const config::ParallelismConfig& parallelism);
 
 // The virtual stages' layers as the configuration placed them (config::plan_pipeline).
 dist::PipelineLayout pipeline_layout(const config::PipelinePlan& plan);

@@ -146,6 +146,7 @@ void Trainer::build_model() {
   const int64_t total_layers = model_->num_layers() + model_->num_mtp_layers();
   dist::ParallelizeOptions po;
   po.fsdp = fsdp_options(config_.parallelism, mesh_->dims());
+  po.expert = expert_parallel_options(config_.parallelism);
   po.context.load_balanced = config_.parallelism.context_parallel_load_balance;
   if (config_.parallelism.context_parallel_method == "ulysses") po.context.method = dist::ContextParallelMethod::ulysses;
   if (config_.parallelism.context_parallel_method == "hybrid") {

@@ -52,13 +52,15 @@ std::shared_ptr<DeviceMesh> mesh_for(int ep, int tp) {
 }
 
 // One optimizer step of `micro` micro-batches per data-parallel rank against one process.
-void check_step(const Json& section, int ep, int tp, int64_t micro) {
+void check_step(const Json& section, int ep, int tp, int64_t micro, const ExpertParallelOptions& expert = {}) {
   const int64_t vocab = section.at("vocab_size").get<int64_t>(), B = 2, S = 8;
   auto mesh = mesh_for(ep, tp);
   const int dp = mesh->dims().data_parallel(), d = mesh->dims().dataset_shard_id(mesh->rank());
   models::BuiltModel plain = models::build_model(section), split = models::build_model(section);
   plain.model->materialize(17);
-  auto parallel = parallelize(*split.model, mesh, {});
+  ParallelizeOptions options;
+  options.expert = expert;
+  auto parallel = parallelize(*split.model, mesh, options);
   parallel->materialize(17);
   for (auto& [name, p] : split.model->named_parameters())
     expect_close(p->local(), local_of(plain.model->find_parameter(name)->tensor, *p), 0, name + " init");
@@ -180,6 +182,80 @@ TEST(ExpertParallelMpi, RanksThatReceiveNoTokens) {
     expect_close(mine.tensor.grad(), local_of(sum, mine), 1e-5, "expert grad");
     if (mesh->group("ep").rank() != 0) {
       for (double g : mine.tensor.grad().to_double_vector()) ASSERT_EQ(g, 0.0);
+    }
+  }
+}
+
+ExpertParallelOptions deredundant(int ranks_per_node) {
+  return {TokenDispatcher::alltoall_deredundancy, ranks_per_node};
+}
+
+// The de-redundant dispatcher trains like one process: nodes of 2 ranks (2 nodes at 4 ranks, one
+// at 2), nodes of 1 (every peer across nodes), beside efsdp and inside tp.
+TEST(ExpertParallelMpi, DeredundantDispatcherStep) {
+  const int n = Runtime::get()->world_size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
+  for (const Arch& a : kArchitectures) {
+    SCOPED_TRACE(a.name);
+    check_step(a.section(), n, 1, 1, deredundant(2));
+    check_step(a.section(), n, 1, 2, deredundant(1));
+    if (n == 4) {
+      check_step(a.section(), 2, 1, 1, deredundant(1));  // ep 2 × efsdp 2: two nodes of one rank
+      check_step(a.section(), 4, 2, 1, deredundant(2));  // ep > tp
+    }
+  }
+}
+
+// The de-redundant dispatcher alone against alltoall on the same routing (K = 3, given, not
+// routed): outputs, token grads, routing-weight grads and expert grads. Routings: a spread one,
+// and one where every token picks several experts of one remote node (all three of them on the
+// other node at 4 ranks with nodes of 2), so a row crosses once for several experts.
+TEST(ExpertParallelMpi, DeredundantDispatcherMatchesAlltoall) {
+  const int n = Runtime::get()->world_size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
+  auto mesh = mesh_for(n, 1);
+  const Json section = ep_qwen3_moe();
+  const int me = mesh->group("ep").rank();
+  const int64_t T = 7, D = 16, K = 3, E = 8;
+  std::vector<float> xs, ws;
+  for (int64_t i = 0; i < T * D; ++i) xs.push_back(static_cast<float>(std::sin(0.37 * static_cast<double>(i + 101 * me))));
+  for (int64_t i = 0; i < T * K; ++i) ws.push_back(static_cast<float>(0.2 + 0.5 * std::fabs(std::cos(0.9 * static_cast<double>(i + 7 * me)))));
+  struct Result {
+    Tensor y, dx, dw, dw1, dw2;
+  };
+  auto run = [&](nn::MoELayer& moe, const Tensor& indices) {
+    Tensor x = Tensor::from_vector(xs, {T, D}), w = Tensor::from_vector(ws, {T, K});
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    nn::DispatchedTokens d = moe.token_dispatcher().dispatch(x, indices, w);
+    Tensor y = moe.token_dispatcher().combine(moe.experts().forward(d.tokens, d.tokens_per_expert), d.combine_state);
+    autograd::backward(ops::sum(ops::mul(y, y)));
+    return Result{y.detach(), x.grad(), w.grad(), moe.experts().weight1().tensor.grad(),
+                  moe.experts().weight2().tensor.grad()};
+  };
+  const int64_t per_node = 4;  // experts of one node of 2 ranks at 4 ranks (E/ep = 2 per rank)
+  std::vector<std::vector<int64_t>> routings(2);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t k = 0; k < K; ++k) routings[0].push_back((t * 5 + k * 3 + me) % E);
+    const int64_t other_node = n == 4 ? per_node * (1 - me / 2) : 0;
+    for (int64_t k = 0; k < K; ++k) routings[1].push_back(other_node + (t + k) % per_node);
+  }
+  for (int ranks_per_node : {1, 2}) {
+    for (const std::vector<int64_t>& ids : routings) {
+      SCOPED_TRACE("nodes of " + std::to_string(ranks_per_node) + " ranks, routing " + std::to_string(&ids - routings.data()));
+      models::BuiltModel plain = models::build_model(section), dered = models::build_model(section);
+      plain.model->materialize(17);
+      dered.model->materialize(17);
+      ASSERT_EQ(apply_expert_parallel(*plain.model, *mesh), 2);
+      ASSERT_EQ(apply_expert_parallel(*dered.model, *mesh, deredundant(ranks_per_node)), 2);
+      const Tensor indices = Tensor::from_vector(ids, {T, K});
+      const Result want = run(*plain.model->moe_layers()[0], indices);
+      const Result got = run(*dered.model->moe_layers()[0], indices);
+      expect_close(got.y, want.y, 1e-6, "y");
+      expect_close(got.dx, want.dx, 1e-6, "dx");
+      expect_close(got.dw, want.dw, 1e-6, "routing-weight grads");
+      expect_close(got.dw1, want.dw1, 1e-6, "weight1 grad");
+      expect_close(got.dw2, want.dw2, 1e-6, "weight2 grad");
     }
   }
 }

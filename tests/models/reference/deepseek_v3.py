@@ -87,7 +87,8 @@ def mla(cfg, W, p, x, positions):
     B, S, D = x.shape
     H = cfg["num_attention_heads"]
     dn, dr, dv = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
-    kvl, eps = cfg["kv_lora_rank"], cfg["rms_norm_eps"]
+    kvl = cfg["kv_lora_rank"]
+    eps = 1e-6  # DeepseekV3RMSNorm's default: the latent norms do not read rms_norm_eps
     a = p + "self_attn."
     q = rms_norm(x @ W[a + "q_a_proj.weight"].T, W[a + "q_a_layernorm.weight"], eps) @ W[a + "q_b_proj.weight"].T
     q = q.reshape(B, S, H, dn + dr).transpose(0, 2, 1, 3)
