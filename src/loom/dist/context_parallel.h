@@ -18,7 +18,8 @@
 //                            remainders of a sample add up to S - 2c·Σ⌊L/2c⌋, a multiple of 2c
 //                            (S is), so every slot gets as many +1 pieces as every other and every
 //                            rank holds S/c tokens. Under the causal document mask every rank then
-//                            does the same attention work in every document, to a token (a
+//                            does the same attention work in every document: exactly when 2c
+//                            divides its length, within its remainder tokens otherwise (a
 //                            contiguous cut gives rank r a share ∝ 2r+1; the same cut per sequence
 //                            is only balanced when documents are long). Unpacked data is one
 //                            document: chunks r and 2c-1-r of S/(2c), in that order.
