@@ -5,8 +5,11 @@
 #   one process's / cp), the step time of the slowest rank, the bytes the ring sent per rank
 #   against the analytic ring volume, and each rank's attention work (visible (query, key) pairs
 #   and blocks computed / skipped), with the load-balanced split and, at the largest cp, the
-#   contiguous one. cp ranks beyond the core count share cores: the step times are for the
-#   record, not a speed-up.
+#   contiguous one. Then, at PACKED_SEQ on EOD-packed documents, each rank's attention work with
+#   the per-sequence cut (before) and the per-document one (the load-balanced split's); and at
+#   A2A_SEQ, Ulysses (blocking and context_parallel_async) and hybrid (u = 2): the all-to-all and
+#   ring bytes per rank against their analytic volumes, and the step time. cp ranks beyond the core
+#   count share cores: the step times are for the record, not a speed-up.
 #   bench/cp_bench.sh
 #   SEQS="1024 2048" CPS="1 2" bench/cp_bench.sh
 set -euo pipefail
@@ -14,6 +17,8 @@ cd "$(dirname "$0")/.."
 SEQS=${SEQS:-"1024 2048 4096"}
 CPS=${CPS:-"1 2 4"}
 STEPS=${STEPS:-2}
+PACKED_SEQ=${PACKED_SEQ:-2048}
+A2A_SEQ=${A2A_SEQ:-2048}
 PY=/usr/bin/python3
 scripts/build.sh --target bench_cp >/dev/null
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 LOOM_NUM_THREADS=1 OMP_NUM_THREADS=1
@@ -55,4 +60,41 @@ if c > 1:
 PYEOF
     done
   done
+done
+
+multi_cps=$(echo $CPS | tr ' ' '\n' | awk '$1 > 1')
+report() {  # RESULT json: attention work per rank, all-to-all and ring bytes against the analytic
+  $PY - "$1" <<'PYEOF'
+import json, sys
+r = json.loads(sys.argv[1])
+name = "%s%s" % (r["method"], " async" if r["async"] else "")
+docs = " %d documents" % r["documents"] if r["packed"] else ""
+print("seq %5d cp %d %-13s %-13s%s step %.2f s" % (r["seq"], r["cp"], name, r["split"], docs, r["step_s"]))
+pairs = [x["visible_pairs"] for x in r["ranks"]]
+if r["method"] != "ulysses":
+    mean = sum(pairs) / len(pairs)
+    print("    attention work per rank (visible pairs per layer) %s: max %.1f%% from the mean" % (
+        pairs, 100 * max(abs(p - mean) for p in pairs) / mean))
+for kind in ("all_to_all", "ring"):
+    analytic = r[kind + "_bytes_analytic"]
+    if analytic:
+        sent = [x[kind + "_bytes_sent"] for x in r["ranks"]]
+        print("    %s bytes sent per rank %s, analytic %d (measured / analytic %.4f)" % (
+            kind.replace("_", "-"), sent, analytic, max(sent) / analytic))
+PYEOF
+}
+for cp in $multi_cps; do
+  for split in "--per-sequence" ""; do
+    report "$(bench "$cp" --seq "$PACKED_SEQ" --packed $split)"
+  done
+done
+for cp in $multi_cps; do
+  for async in "" "--async"; do
+    report "$(bench "$cp" --seq "$A2A_SEQ" --method ulysses $async)"
+  done
+  if [ "$cp" = 4 ]; then
+    for async in "" "--async"; do
+      report "$(bench "$cp" --seq "$A2A_SEQ" --method hybrid $async)"
+    done
+  fi
 done

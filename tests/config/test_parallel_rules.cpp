@@ -106,6 +106,16 @@ TEST(ParallelLimits, UlyssesAsyncNeedsDivisibleHeads) {
                    "model.num_attention_heads 6 and ulysses degree 4"),
             std::string::npos)
       << e;
+  // With async the per-tensor-parallel-rank rule holds too: 8 heads over tp 4 leave 2 per rank,
+  // which a degree of 4 cannot split (8 % 4 == 0 satisfies the spec's rule alone).
+  const std::string tp4 = errors(
+      "parallelism:\n  context_parallel: 4\n  tensor_parallel: 4\n  context_parallel_method: ulysses\n"
+      "  context_parallel_async: true\nmodel:\n  model_type: x\n  num_attention_heads: 8\n"
+      "  use_attn_mask_compression: true\n  seq_length: 64\n", 16);
+  EXPECT_NE(tp4.find("'ulysses' requires the attention heads per tensor-parallel rank (model.num_attention_heads 8 / "
+                     "tensor_parallel 4) to be divisible by the ulysses degree 4"),
+            std::string::npos)
+      << tp4;
 }
 
 // "hybrid requires 1 < ulysses_degree_in_cp < context_parallel and divisibility".
@@ -283,8 +293,8 @@ TEST(ParallelRules, ProfilerRanksOutsideTheWorldWarn) {
 }
 
 // Context parallelism as Loom trains it (dist/context_parallel.h): the load-balanced split needs
-// 2·cp chunks, MTP is not trained under CP, and Ulysses splits the heads per tensor-parallel rank
-// with or without async.
+// 2·cp chunks, MTP trains under CP (its shifts happen before the split), and Ulysses splits the
+// heads per tensor-parallel rank with or without async.
 TEST(ParallelLimits, ContextParallelLoomRules) {
   const std::string model = "model:\n  model_type: x\n  use_attn_mask_compression: true\n  num_attention_heads: 8\n";
   const std::string cp2 = "parallelism:\n  context_parallel: 2\n";
@@ -292,9 +302,7 @@ TEST(ParallelLimits, ContextParallelLoomRules) {
             std::string::npos);
   EXPECT_EQ(errors(cp2 + "  context_parallel_load_balance: false\n" + model + "  seq_length: 66\n"), "");
   EXPECT_EQ(errors(cp2 + model + "  seq_length: 64\n"), "");
-  EXPECT_NE(errors(cp2 + model + "  mtp_num_layers: 1\n").find("multi-token prediction (model.mtp_num_layers 1) is not "
-                                                                 "trained with context parallelism yet"),
-            std::string::npos);
+  EXPECT_EQ(errors(cp2 + model + "  seq_length: 64\n  mtp_num_layers: 1\n"), "");
   const std::string ulysses = "parallelism:\n  context_parallel: 4\n  context_parallel_method: ulysses\n";
   const std::string six = "model:\n  model_type: x\n  use_attn_mask_compression: true\n  num_attention_heads: 6\n";
   EXPECT_NE(errors(ulysses + six).find("'ulysses' requires the attention heads per tensor-parallel rank "

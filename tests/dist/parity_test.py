@@ -14,8 +14,8 @@ layout; runs go through mpirun exactly as users start them.
            HSDP 2x2, TP 2 and TP 2 x FSDP 2 follow it within 1e-4.
   context  context parallelism: the ring (colossal) at cp 2 and 4, cp x fsdp, cp x tp, load-balanced
            and contiguous splits, Ulysses at 2 and 4 (4 > the 2 KV heads: repeated), hybrid 4 (u = 2), plain and
-           EOD-packed data (reset_position_ids/reset_attention_mask,
-           compressed EOD mask): step 1 within 1e-6 relative, 20-step curves within 1e-5; a cp 2
+           EOD-packed data (reset_position_ids/reset_attention_mask, compressed EOD mask, the
+           load-balanced split per document), DeepSeek-V3 with MTP at cp 2 (ring, Ulysses): step 1 within 1e-6 relative, 20-step curves within 1e-5; a cp 2
            checkpoint resumed at cp 1 and cp 4.
   pipeline pp 2/3/4 (1F1B), an uneven layer list, interleaved v 2, overlap_p2p, pp x fsdp, pp x tp,
            tied embeddings, DeepSeek-V3 with MTP at pp 2: step-1 loss within 1e-6 relative, 20-step
@@ -491,7 +491,9 @@ PACKED_DATASET = """      create_attention_mask: False
 
 def context(args, work):
     """Context parallelism (dist/context_parallel.h): the ring at cp 2 and 4, inside FSDP and with
-    TP, both splits, Ulysses at 2 and 4, hybrid at 4 (u = 2), plain data (use_attn_mask_compression) and EOD-packed data. The loss is a token
+    TP, both splits (the load-balanced one per document on packed data), Ulysses at 2 and 4, hybrid
+    at 4 (u = 2), DeepSeek-V3 with MTP at cp 2, plain data (use_attn_mask_compression) and EOD-packed
+    data. The loss is a token
     sum over the cp ranks, so step 1 matches one process within 1e-6 relative (the block merge and
     the split sums round differently: not bitwise) and the curves within 1e-5."""
     write_packed_data(os.path.join(work, "packed"))
@@ -501,9 +503,18 @@ def context(args, work):
         text = text.replace(os.path.join(work, "data"), os.path.join(work, "packed"))
         return text.replace("      create_attention_mask: False\n", PACKED_DATASET)
 
-    def run_cp(name, world, extra, packed, **kw):
-        return run(args, work, name, world, parallel_extra=extra, model=plain_model,
+    def run_cp(name, world, extra, packed, model=plain_model, **kw):
+        return run(args, work, name, world, parallel_extra=extra, model=model,
                    edit_config=packed_dataset if packed else None, **kw)
+
+    def check(run_name, got, ref, ref_name, label):
+        rel = abs(got[1] - ref[1]) / abs(ref[1])
+        if rel > 1e-6:
+            raise SystemExit("FAIL: %s step-1 loss %.17g vs one process %.17g" % (run_name, got[1], ref[1]))
+        g, r = GRAD_NORMS[(run_name, 1)], GRAD_NORMS[(ref_name, 1)]
+        if abs(g - r) > 1e-6 * r:
+            raise SystemExit("FAIL: %s step-1 grad norm %.17g vs one process %.17g" % (run_name, g, r))
+        compare(label, got, ref, 1e-5)
 
     contiguous = "\n  context_parallel_load_balance: False"
     layouts = [("cp2", 2, "\n  context_parallel: 2"), ("cp4", 4, "\n  context_parallel: 4"),
@@ -522,13 +533,19 @@ def context(args, work):
                 continue  # 4 processes on 2 cores: the contiguous split is covered at cp 2
             run_name = "context_%s_%s" % (data, name)
             got, _ = run_cp(run_name, world, extra, packed)
-            rel = abs(got[1] - ref[1]) / abs(ref[1])
-            if rel > 1e-6:
-                raise SystemExit("FAIL: %s step-1 loss %.17g vs one process %.17g" % (run_name, got[1], ref[1]))
-            g, r = GRAD_NORMS[(run_name, 1)], GRAD_NORMS[("context_%s_one_process" % data, 1)]
-            if abs(g - r) > 1e-6 * r:
-                raise SystemExit("FAIL: %s step-1 grad norm %.17g vs one process %.17g" % (run_name, g, r))
-            compare("%s data %s" % (data, name), got, ref, 1e-5)
+            check(run_name, got, ref, "context_%s_one_process" % data, "%s data %s" % (data, name))
+    # DeepSeek-V3's MTP layer (shifted ids, labels, mask and positions) at cp 2, the packed data
+    # cut per document.
+    mtp_model = DEEPSEEK + "  use_attn_mask_compression: True\n"
+    for packed in (False, True):
+        data = "packed" if packed else "plain"
+        ref_name = "context_mtp_%s_one_process" % data
+        ref, _ = run_cp(ref_name, 1, "", packed, model=mtp_model)
+        for name, world, extra in (("cp2", 2, "\n  context_parallel: 2"),
+                                   ("ulysses2", 2, "\n  context_parallel: 2\n  context_parallel_method: ulysses")):
+            run_name = "context_mtp_%s_%s" % (data, name)
+            got, _ = run_cp(run_name, world, extra, packed, model=mtp_model)
+            check(run_name, got, ref, ref_name, "deepseek_v3 MTP %s data %s" % (data, name))
     # Parameters are sharded over dp_shard x cp: a cp 2 checkpoint reshards to cp 1 and cp 4.
     ref, _ = run_cp("context_reference", 1, "", False)
     saved, saved_dir = run_cp("context_cp2_saving", 2, "\n  context_parallel: 2", False, save=True)

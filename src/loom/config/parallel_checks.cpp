@@ -93,16 +93,24 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
   const auto seq_length = model.seq_length > 0 ? known_size(model.seq_length) : known_size(data.seq_length);
   const int cp = p.context_parallel;
   // Loom's all-to-all splits the heads with or without async (dist/context_parallel.h), each tp
-  // rank's H/tp; fewer KV heads than the degree are repeated.
+  // rank's H/tp; fewer KV heads than the degree are repeated. With async the spec names the rule
+  // (num_attention_heads % ulysses_degree == 0): its message when that is what fails.
   auto ulysses_heads = [&](int u) {
     const int tp = p.tensor_parallel;
     const std::string method = "'" + p.context_parallel_method + "'";
-    if (!p.context_parallel_async && heads && tp >= 1 && *heads % (static_cast<int64_t>(tp) * u) != 0)
-      diag.error(P + "context_parallel_method", method + " requires the attention heads per tensor-parallel rank "
-                                                "(model.num_attention_heads " + std::to_string(*heads) + " / "
-                                                "tensor_parallel " + std::to_string(tp) + ") to be divisible by the "
-                                                "ulysses degree " + std::to_string(u) + ": the all-to-all splits "
-                                                "the heads; use 'colossal' or change the degree");
+    if (heads && tp >= 1 && *heads % (static_cast<int64_t>(tp) * u) != 0) {
+      if (p.context_parallel_async && *heads % u != 0)
+        diag.error(P + "context_parallel_async", p.context_parallel_method + " with context_parallel_async requires "
+                                                 "num_attention_heads % ulysses_degree == 0, got "
+                                                 "model.num_attention_heads " + std::to_string(*heads) +
+                                                     " and ulysses degree " + std::to_string(u));
+      else
+        diag.error(P + "context_parallel_method", method + " requires the attention heads per tensor-parallel rank "
+                                                  "(model.num_attention_heads " + std::to_string(*heads) + " / "
+                                                  "tensor_parallel " + std::to_string(tp) + ") to be divisible by the "
+                                                  "ulysses degree " + std::to_string(u) + ": the all-to-all splits "
+                                                  "the heads; use 'colossal' or change the degree");
+    }
     const auto kv = model.multi_latent_attention ? heads : known_size(model.num_key_value_heads);
     if (kv && tp >= 1 && (*kv >= tp || tp % *kv != 0)) {
       const int64_t local_kv = std::max<int64_t>(*kv / tp, 1);
@@ -120,13 +128,7 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
                                                "context_parallel (" + std::to_string(cp) + "), got " +
                                                    std::to_string(*p.ulysses_degree_in_cp) + "; set it to " +
                                                    std::to_string(cp) + " or leave it null");
-      const int u = p.ulysses_degree_in_cp.value_or(cp);
-      if (p.context_parallel_async && heads && *heads % u != 0)
-        diag.error(P + "context_parallel_async", "ulysses with context_parallel_async requires num_attention_heads % "
-                                                 "ulysses_degree == 0, got model.num_attention_heads " +
-                                                     std::to_string(*heads) + " and ulysses degree " +
-                                                     std::to_string(u));
-      ulysses_heads(u);
+      ulysses_heads(p.ulysses_degree_in_cp.value_or(cp));
     } else if (p.context_parallel_method == "hybrid") {
       if (!p.ulysses_degree_in_cp)
         diag.error(P + "ulysses_degree_in_cp", "context_parallel_method 'hybrid' requires ulysses_degree_in_cp with "
@@ -165,12 +167,6 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
                      std::to_string(2 * cp) + "): the load-balanced split cuts each sequence into 2 * "
                      "context_parallel chunks; pad seq_length, or set parallelism.context_parallel_load_balance: "
                      "false for the contiguous split");
-    if (model.mtp_num_layers > 0)
-      diag.error(P + "context_parallel", "multi-token prediction (model.mtp_num_layers " +
-                                             std::to_string(model.mtp_num_layers) +
-                                             ") is not trained with context parallelism yet: its shifted inputs "
-                                             "cross the CP ranks' sequence boundaries; set mtp_num_layers: 0 or "
-                                             "context_parallel: 1");
   } else if (p.ulysses_degree_in_cp || p.context_parallel_method != "colossal") {
     if (c.is_explicit(P + "ulysses_degree_in_cp") && p.ulysses_degree_in_cp)
       diag.warn(P + "ulysses_degree_in_cp", "has no effect while context_parallel is 1");
@@ -211,9 +207,10 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
   ParallelChecks out;
   // Valid by the spec, not trained by this build yet: the run stops at start-up, check-config
   // accepts the file and notes it.
-  if (cp > 1 && p.context_parallel_async)
-    diag.warn(P + "context_parallel_async", "has no effect in this build: the colossal ring always overlaps its "
-                                            "transfers with compute, and Ulysses' all-to-alls are blocking");
+  if (cp > 1 && p.context_parallel_async && p.context_parallel_method == "colossal")
+    diag.warn(P + "context_parallel_async", "has no effect with context_parallel_method 'colossal': the ring always "
+                                            "posts the next K/V block's transfer before the current block's compute "
+                                            "(async posts Ulysses' and hybrid's all-to-alls ahead)");
   if (p.pipeline_parallel > 1 && p.pipeline_parallel_overlap_b_f)
     out.unsupported.emplace_back(P + "pipeline_parallel_overlap_b_f",
                                  P + "pipeline_parallel_overlap_b_f: is True, but this build does not interleave one "

@@ -7,16 +7,35 @@
 // Input preparation (where the sequence is cut). The embedding, the decoder and the head loss
 // receive the whole batch, [B, S]; their wrappers keep this rank's tokens of input_ids, of
 // position_ids (0..S-1 made explicit when the batch has none: RoPE must see global positions)
-// and of labels and loss_mask. Two splits (SequenceSplit):
-//   load-balanced (default)  the sequence is cut into 2c chunks of S/(2c); rank r holds chunks
-//                            r and 2c-1-r, in that order. Under a causal mask every rank then
-//                            has the same attention work (the contiguous split gives rank r a
-//                            share ∝ 2r+1). Loom's default; the reference cuts contiguously.
-//   contiguous               rank r holds [r·S/c, (r+1)·S/c), the reference's split.
+// and of labels and loss_mask. Every rank holds exactly S/c tokens of every sample, ascending.
+// Two splits (SequenceSplit):
+//   load-balanced (default)  each document of the sample (the segments between its doc_ends, and
+//                            the tokens after the last end; the whole sample when it has no
+//                            doc_ends) of L tokens is cut into 2c pieces of ⌊L/2c⌋ tokens, of
+//                            which L mod 2c get one token more; rank r holds pieces r and 2c-1-r
+//                            of every document. The +1 pieces are dealt round-robin over the 2c
+//                            piece slots, continuing from one document to the next: the
+//                            remainders of a sample add up to S - 2c·Σ⌊L/2c⌋, a multiple of 2c
+//                            (S is), so every slot gets as many +1 pieces as every other and every
+//                            rank holds S/c tokens. Under the causal document mask every rank then
+//                            does the same attention work in every document: exactly when 2c
+//                            divides its length, within its remainder tokens otherwise (a
+//                            contiguous cut gives rank r a share ∝ 2r+1; the same cut per sequence
+//                            is only balanced when documents are long). Unpacked data is one
+//                            document: chunks r and 2c-1-r of S/(2c), in that order.
+//                            Loom's default; the reference cuts contiguously.
+//   contiguous               rank r holds [r·S/c, (r+1)·S/c), the reference's split, documents
+//                            or not.
 // (parallelism.context_parallel_load_balance, a Loom extension: the spec has no such field.)
-// Packed documents need nothing more: the compressed mask (document_ends, global sequence
+// The split of a sample depends on its doc_ends, so every wrapper receives them (the embedding
+// and the head loss take them for this). The compressed mask (document_ends, global sequence
 // indices) is passed whole to every rank, and each rank derives its queries' key ranges from the
 // global indices of its tokens, so no document attends across its boundary.
+//
+// Multi-token prediction needs no exchange: depth k shifts the whole batch's ids, labels, mask
+// and positions (CausalLM::head) before the wrappers split them, so each rank's shifted tokens
+// are those of its own rows; its hidden rows are the decoder's, unshifted, as in one process.
+// The MTP layers' positions are made local like the decoder's.
 //
 // Core attention ("colossal", the ring). The reference all-gathers K and V over the cp group
 // and runs one attention call; Loom passes the K/V blocks round a ring instead (a deliberate
@@ -51,23 +70,26 @@
 // Core attention ("ulysses"). Four all-to-alls over the cp group turn the sequence-sharded q, k,
 // v [B, S/c, H, d] into head-sharded [B, S, H/c, d] (rank i gets heads [i·H/c, (i+1)·H/c) of
 // every token), one attention call runs on the whole sequence in global order (the gathered
-// load-balanced chunks are put back in order by an index_select), and the reverse all-to-all
-// brings the output back to [B, S/c, H, dv]. KV heads fewer than c are repeated first (c/G copies,
-// rank i gets KV head ⌊i·G/c⌋, the one its query heads use; the copies' grads are summed). The
-// all-to-alls are differentiable (dist::all_to_all_v), so backward is their duals around the
-// attention's own backward. Per layer and rank each all-to-all sends (c-1)/c of its input.
+// load-balanced pieces are put back in order, per sample, by a row gather), and the reverse
+// all-to-all brings the output back to [B, S/c, H, dv]. KV heads fewer than c are repeated first
+// (c/G copies, rank i gets KV head ⌊i·G/c⌋, the one its query heads use; the copies' grads are
+// summed). The exchanges are differentiable, so backward is their duals around the attention's
+// own backward. Per layer and rank each all-to-all sends (c-1)/c of its input.
+// context_parallel_async (the spec's asynchronous CP hook): q, k and v are each posted to the
+// group's comm thread as soon as packed and waited on only when unpacked, so one travels while the
+// next is packed and the previous unpacked (backward: the grads the same way); without it each is
+// packed, exchanged and unpacked in turn. The same copies either way: identical results. (For the
+// ring it changes nothing: the next block's transfer is always posted before the current compute.)
 //
 // Core attention ("hybrid", USP). The cp ranks are tiled into c/u rows of u adjacent ranks:
 // Ulysses inside each row gives every rank the row's tokens (u·S/c of them, in ascending global
 // order) with H/u heads, and the ring runs across the column of ranks with the same position in
 // their rows, each ring rank holding its row's tokens. (ulysses_degree_in_cp = u.)
-//
-// Not here yet: context_parallel_async for Ulysses (its all-to-alls are blocking), and MTP (its
-// shifted inputs cross the rank boundaries; rejected when the configuration is resolved).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "loom/core/tensor.h"
@@ -76,17 +98,26 @@
 
 namespace loom::dist {
 
-// Which tokens of a sequence each cp rank holds.
+// Which tokens of a sequence each cp rank holds (see above).
 struct SequenceSplit {
   int cp = 1;
   bool load_balanced = true;
+  // Load-balanced only: cut each document (true), or each sample as if it held one document
+  // (false: the per-sequence cut, which bench_cp compares against on packed data).
+  bool per_document = true;
 
-  // Global sequence indices of rank r's tokens (S/c of them, ascending). S must divide by 2c
-  // (load-balanced) or c (contiguous): ShapeError naming the field otherwise.
-  std::vector<int64_t> indices(int rank, int64_t S) const;
+  // Every rank's tokens of one sample whose documents end at doc_ends (global, ascending; values
+  // past S ignored; empty: one document): out[r], S/c ascending global indices. S must divide by
+  // 2c (load-balanced) or c (contiguous): ShapeError naming the field otherwise.
+  std::vector<std::vector<int64_t>> sample_indices(int64_t S, std::span<const int64_t> doc_ends = {}) const;
+  std::vector<int64_t> indices(int rank, int64_t S, std::span<const int64_t> doc_ends = {}) const;
+  // A micro-batch's split: layout[r][b] is rank r's indices in sample b (doc_ends: optional int
+  // [B, K], the batch's document ends).
+  using Layout = std::vector<std::vector<std::vector<int64_t>>>;
+  Layout layout(int64_t B, int64_t S, const Tensor& doc_ends) const;
   // Rank r's tokens of x [B, S, ...] along dim 1, in the order of indices(): a new tensor
   // (inputs only, no history).
-  Tensor local(const Tensor& x, int rank) const;
+  Tensor local(const Tensor& x, int rank, const Tensor& doc_ends = Tensor()) const;
 };
 
 // parallelism.context_parallel_method: colossal (the ring), ulysses or hybrid.
@@ -94,18 +125,22 @@ enum class ContextParallelMethod { ring, ulysses, hybrid };
 
 struct ContextParallelOptions {
   bool load_balanced = true;  // parallelism.context_parallel_load_balance
+  bool per_document = true;   // SequenceSplit::per_document (false: bench_cp's per-sequence comparison)
   ContextParallelMethod method = ContextParallelMethod::ring;
   int ulysses_degree = 1;  // parallelism.ulysses_degree_in_cp, for hybrid
+  bool async = false;      // parallelism.context_parallel_async: Ulysses' all-to-alls posted ahead
 };
 
 // Attention work of this process's ring steps since reset: blocks computed and skipped (every row
 // masked), the (query, key) pairs the mask leaves visible in the computed blocks (forward), and
-// the bytes the cp group handed to the transport while the rings ran (forward and backward).
+// the bytes the cp groups handed to the transport while the rings ran and while Ulysses exchanged
+// (forward and backward).
 struct RingWork {
   int64_t blocks_computed = 0;
   int64_t blocks_skipped = 0;
   int64_t visible_pairs = 0;
   int64_t bytes_sent = 0;
+  int64_t all_to_all_bytes = 0;
 };
 RingWork ring_work();
 void reset_ring_work();
@@ -123,13 +158,14 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
 // divide by the group size, and the KV heads and the group size must divide one another.
 Tensor ulysses_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_ends, double scale,
                          const SequenceSplit& split, const std::shared_ptr<ProcessGroup>& cp,
-                         Tensor* max_logits = nullptr);
+                         Tensor* max_logits = nullptr, bool async = false);
 
 // Hybrid (see above): Ulysses over `ulysses` (u adjacent cp ranks), the ring over `ring` (the cp
 // ranks with this rank's position in their row, stride u). The same contract otherwise.
 Tensor hybrid_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_ends, double scale,
                         const SequenceSplit& split, const std::shared_ptr<ProcessGroup>& ulysses,
-                        const std::shared_ptr<ProcessGroup>& ring, Tensor* max_logits = nullptr);
+                        const std::shared_ptr<ProcessGroup>& ring, Tensor* max_logits = nullptr,
+                        bool async = false);
 
 // Splits `model` (an nn::CausalLM) over the mesh's "cp" group: wraps its inputs, every core
 // attention and the head loss as described above. Apply after tensor parallelism and before the

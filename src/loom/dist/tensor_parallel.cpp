@@ -240,7 +240,7 @@ void apply_tensor_parallel(nn::Module& model, DeviceMesh& mesh) {
                                   else tp->all_reduce(std::span<float>(static_cast<float*>(data), count), op);
                                 }};
   lm->set_head_loss([head_rows, tp = s.tp](const Tensor& hidden, const Tensor& weight, const Tensor& labels,
-                                           const Tensor& loss_mask, bool grads_in_forward) {
+                                           const Tensor& loss_mask, const Tensor&, bool grads_in_forward) {
     return ops::linear_cross_entropy(all_gather(hidden, tp, kSeqDim), weight, labels, loss_mask, -100, 0,
                                      grads_in_forward, &head_rows);
   });

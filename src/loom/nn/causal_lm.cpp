@@ -60,15 +60,15 @@ LanguageModelEmbedding::LanguageModelEmbedding(const TransformerConfig& c)
       std::make_shared<Embedding>(c.vocab_size, c.hidden_size, c.params_dtype, Init::normal(c.init_std)));
 }
 
-Tensor LanguageModelEmbedding::forward(const Tensor& ids) {
-  return invoke1(ids, [this](const Tensor& in) {
-    return ops::cast(word_embeddings_->forward(in), compute_dtype_);
-  });
+Tensor LanguageModelEmbedding::forward(const Tensor& ids, const Tensor& doc_ends) {
+  return invoke({ids, doc_ends}, [this](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{ops::cast(word_embeddings_->forward(in[0]), compute_dtype_)};
+  })[0];
 }
 
 CausalLM::CausalLM(const TransformerConfig& c) : Module("CausalLM"), config_(c) {
   head_loss_ = [](const Tensor& hidden, const Tensor& weight, const Tensor& labels, const Tensor& loss_mask,
-                  bool grads_in_forward) {
+                  const Tensor&, bool grads_in_forward) {
     return ops::linear_cross_entropy(hidden, weight, labels, loss_mask, -100, 0, grads_in_forward);
   };
   rotary_ = make_rotary(c);
@@ -128,7 +128,7 @@ void CausalLM::update_expert_biases() {
 }
 
 Tensor CausalLM::main_hidden(const Tensor& input_ids, const Tensor& position_ids, const Tensor& doc_ends) {
-  return decoder_->forward(embed(input_ids), position_ids, doc_ends);
+  return decoder_->forward(embed(input_ids, doc_ends), position_ids, doc_ends);
 }
 
 Tensor CausalLM::logits(const Tensor& input_ids, const Tensor& position_ids, const Tensor& doc_ends) {
@@ -150,10 +150,10 @@ void CausalLM::keep_parts(const std::function<bool(int64_t layer)>& keep_layer, 
   }
 }
 
-Tensor CausalLM::embed(const Tensor& input_ids) {
+Tensor CausalLM::embed(const Tensor& input_ids, const Tensor& doc_ends) {
   LOOM_CHECK(input_ids.defined() && input_ids.dim() == 2, ShapeError, "CausalLM: input_ids must be [batch, seq], got ",
              input_ids.defined() ? input_ids.shape().str() : std::string("an undefined tensor"));
-  return embedding_->forward(input_ids);
+  return embedding_->forward(input_ids, doc_ends);
 }
 
 LMOutput CausalLM::forward(const LMBatch& b, const ForwardOptions& options) {
@@ -186,9 +186,9 @@ LMOutput CausalLM::head(const Tensor& hidden, const LMBatch& b, const ForwardOpt
       labels = roll_left(labels);
       mask = roll_left(mask);
       pos = roll_left(pos);
-      Tensor hk = layer->forward(prev, embedding_->forward(ids), pos, b.doc_ends);
+      Tensor hk = layer->forward(prev, embedding_->forward(ids, b.doc_ends), pos, b.doc_ends);
       Tensor nk = layer->final_layernorm().forward(hk);
-      Tensor ce = head_loss_(nk, head_weight(nk.dtype()), labels, mask, options.head_grads_in_forward);
+      Tensor ce = head_loss_(nk, head_weight(nk.dtype()), labels, mask, b.doc_ends, options.head_grads_in_forward);
       out.mtp_losses.push_back(ce.detach());
       total = total.defined() ? ops::add(total, ce) : ce;
       prev = hk;
@@ -199,7 +199,7 @@ LMOutput CausalLM::head(const Tensor& hidden, const LMBatch& b, const ForwardOpt
   }
 
   Tensor hn = decoder_->final_layernorm().forward(h);
-  out.loss = head_loss_(hn, head_weight(hn.dtype()), b.labels, b.loss_mask, options.head_grads_in_forward);
+  out.loss = head_loss_(hn, head_weight(hn.dtype()), b.labels, b.loss_mask, b.doc_ends, options.head_grads_in_forward);
   return out;
 }
 

@@ -55,7 +55,10 @@ class TransformerBlock : public Module {
 class LanguageModelEmbedding : public Module {
  public:
   explicit LanguageModelEmbedding(const TransformerConfig& config);
-  Tensor forward(const Tensor& ids);  // → [.., hidden] in compute_dtype
+  // → [.., hidden] in compute_dtype. doc_ends (the batch's packed-document ends, unused here)
+  // travels with the ids so that a strategy cutting the sequence over ranks cuts it where the
+  // documents end (context parallelism's input split).
+  Tensor forward(const Tensor& ids, const Tensor& doc_ends = Tensor());
   Embedding& word_embeddings() { return *word_embeddings_; }
 
  private:
@@ -64,10 +67,12 @@ class LanguageModelEmbedding : public Module {
 };
 
 // The loss of an output head (the main head and each MTP depth): hidden [B, S, D] after the
-// final norm, the head weight [V, D] in hidden's dtype, labels and loss mask [B, S]; returns the
-// token-mean cross-entropy (ops::linear_cross_entropy). grads_in_forward: ForwardOptions.
+// final norm, the head weight [V, D] in hidden's dtype, labels and loss mask [B, S], the batch's
+// doc_ends (LMBatch; the default loss ignores them, a sequence-splitting strategy needs them to
+// find its labels); returns the token-mean cross-entropy (ops::linear_cross_entropy).
+// grads_in_forward: ForwardOptions.
 using HeadLoss = std::function<Tensor(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
-                                      const Tensor& loss_mask, bool grads_in_forward)>;
+                                      const Tensor& loss_mask, const Tensor& doc_ends, bool grads_in_forward)>;
 
 class CausalLM : public Module {
  public:
@@ -79,7 +84,7 @@ class CausalLM : public Module {
   // The three parts forward() runs, for a caller that runs them apart (a pipeline stage runs
   // the part it holds on the hidden state another stage computed):
   //   forward(b) = head(decoder layers(embed(b.input_ids)), b), plus the balance losses
-  Tensor embed(const Tensor& input_ids);
+  Tensor embed(const Tensor& input_ids, const Tensor& doc_ends = Tensor());
   // Hidden [B, S, D] before final_layernorm → the MTP layers, the final norm and the heads'
   // losses (LMOutput without aux_loss, which the layers that ran form).
   LMOutput head(const Tensor& hidden, const LMBatch& batch, const ForwardOptions& options);

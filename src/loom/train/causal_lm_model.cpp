@@ -66,7 +66,7 @@ ForwardResult CausalLMModel::forward_chunk(const data::Batch& batch, const dist:
   const nn::LMBatch lm = lm_batch(batch);
   if (chunk.first) check_token_ids(batch.input_ids, args_.vocab_size, "token id");
   if (chunk.last) check_token_ids(batch.labels, args_.vocab_size, "label id");
-  Tensor h = chunk.first ? model_->embed(lm.input_ids) : hidden;
+  Tensor h = chunk.first ? model_->embed(lm.input_ids, lm.doc_ends) : hidden;
   double aux = 0;
   bool has_aux = false;
   auto add_aux = [&](nn::MoELayer* m) {

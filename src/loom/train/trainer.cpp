@@ -148,6 +148,7 @@ void Trainer::build_model() {
   po.fsdp = fsdp_options(config_.parallelism, mesh_->dims());
   po.expert = expert_parallel_options(config_.parallelism);
   po.context.load_balanced = config_.parallelism.context_parallel_load_balance;
+  po.context.async = config_.parallelism.context_parallel_async;
   if (config_.parallelism.context_parallel_method == "ulysses") po.context.method = dist::ContextParallelMethod::ulysses;
   if (config_.parallelism.context_parallel_method == "hybrid") {
     po.context.method = dist::ContextParallelMethod::hybrid;

@@ -6,6 +6,7 @@
 // process at cp = world, cp × fsdp and cp × tp. Run at 2 and 4 ranks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "../dist_test_util.h"
@@ -80,7 +81,7 @@ void check_ring(DType dtype, bool load_balanced, bool packed, double tol,
   const SequenceSplit split{c, load_balanced};
   const int r = world->rank();
   auto cp = mesh_for(c)->group_ptr("cp");
-  Tensor qc = split.local(q, r), kc = split.local(k, r), vc = split.local(v, r);
+  Tensor qc = split.local(q, r, docs), kc = split.local(k, r, docs), vc = split.local(v, r, docs);
   for (Tensor* t : {&qc, &kc, &vc}) t->set_requires_grad(true);
   Tensor oc;
   if (method == ContextParallelMethod::ulysses) {
@@ -91,12 +92,12 @@ void check_ring(DType dtype, bool load_balanced, bool packed, double tol,
   } else {
     oc = ring_attention(qc, kc, vc, docs, scale, split, cp);
   }
-  autograd::backward(ops::sum(ops::mul(oc, split.local(w, r))));
+  autograd::backward(ops::sum(ops::mul(oc, split.local(w, r, docs))));
 
-  expect_close(oc, split.local(o1.detach(), r), tol, "output");
-  expect_close(qc.grad(), split.local(q1.grad(), r), tol, "dq");
-  expect_close(kc.grad(), split.local(k1.grad(), r), tol, "dk");
-  expect_close(vc.grad(), split.local(v1.grad(), r), tol, "dv");
+  expect_close(oc, split.local(o1.detach(), r, docs), tol, "output");
+  expect_close(qc.grad(), split.local(q1.grad(), r, docs), tol, "dq");
+  expect_close(kc.grad(), split.local(k1.grad(), r, docs), tol, "dk");
+  expect_close(vc.grad(), split.local(v1.grad(), r, docs), tol, "dv");
 }
 
 TEST(ContextParallelMpi, RingAttentionMatchesOneAttentionCall) {
@@ -129,6 +130,41 @@ TEST(ContextParallelMpi, HybridMatchesOneAttentionCall) {
       check_ring(DType::f64, balanced, packed, 1e-12, ContextParallelMethod::hybrid);
       check_ring(DType::f32, balanced, packed, 2e-6, ContextParallelMethod::hybrid);
     }
+}
+
+// context_parallel_async posts Ulysses' all-to-alls ahead: the same copies and sums, the same bits.
+TEST(ContextParallelMpi, UlyssesAsyncGivesTheSameBits) {
+  auto world = Runtime::get()->world();
+  const int c = world->size();
+  if (c < 2) GTEST_SKIP() << "needs 2 or more ranks";
+  auto cp = mesh_for(c)->group_ptr("cp");
+  const int64_t B = 2, S = 32;
+  const Tensor docs = doc_ends_for(S);
+  const SequenceSplit split{c, true};
+  const int r = world->rank();
+  const Tensor q = split.local(random({B, S, 4, 8}, DType::f32, 1), r, docs),
+               k = split.local(random({B, S, 2, 8}, DType::f32, 2), r, docs),
+               v = split.local(random({B, S, 2, 6}, DType::f32, 3), r, docs),
+               w = split.local(random({B, S, 4, 6}, DType::f32, 4), r, docs);
+  for (bool hybrid : {false, true}) {
+    if (hybrid && c != 4) continue;
+    SCOPED_TRACE(hybrid ? "hybrid" : "ulysses");
+    std::vector<std::vector<double>> results[2];
+    for (int async = 0; async < 2; ++async) {
+      Tensor qa = q.clone(), ka = k.clone(), va = v.clone();
+      for (Tensor* t : {&qa, &ka, &va}) t->set_requires_grad(true);
+      Tensor o;
+      if (hybrid) {
+        auto [row, column] = hybrid_groups(cp);
+        o = hybrid_attention(qa, ka, va, docs, 0.3, split, row, column, nullptr, async == 1);
+      } else {
+        o = ulysses_attention(qa, ka, va, docs, 0.3, split, cp, nullptr, async == 1);
+      }
+      autograd::backward(ops::sum(ops::mul(o, w)));
+      for (const Tensor& t : {o, qa.grad(), ka.grad(), va.grad()}) results[async].push_back(t.to_double_vector());
+    }
+    EXPECT_EQ(results[0], results[1]);
+  }
 }
 
 TEST(ContextParallelMpi, LoadBalancedSplitEvensTheCausalWork) {
@@ -169,6 +205,66 @@ TEST(ContextParallelMpi, SplitsHoldEveryTokenOnce) {
   EXPECT_THROW(balanced.indices(0, 12), ShapeError);  // 12 tokens do not cut into 8 chunks
 }
 
+TEST(ContextParallelMpi, PerDocumentSplitCutsEveryDocumentAndEvensTheCounts) {
+  // Documents [0,5), [5,13), [13,16) at c = 2 (4 pieces each): ⌊5/4⌋ = 1 with one +1 piece (slot
+  // 0), 8/4 = 2, ⌊3/4⌋ = 0 with three +1 pieces (slots 1, 2, 3): each slot gets one, each rank 8.
+  const SequenceSplit halves{2, true};
+  const std::vector<int64_t> ends{5, 13};
+  EXPECT_EQ(halves.indices(0, 16, ends), (std::vector<int64_t>{0, 1, 4, 5, 6, 11, 12, 15}));
+  EXPECT_EQ(halves.indices(1, 16, ends), (std::vector<int64_t>{2, 3, 7, 8, 9, 10, 13, 14}));
+  // The per-sequence cut ignores the documents; the contiguous split too.
+  EXPECT_EQ((SequenceSplit{2, true, false}.indices(0, 16, ends)), (std::vector<int64_t>{0, 1, 2, 3, 12, 13, 14, 15}));
+  EXPECT_EQ((SequenceSplit{2, false}.indices(1, 16, ends)), (std::vector<int64_t>{8, 9, 10, 11, 12, 13, 14, 15}));
+  // Any documents (ends padded with S, or past it): S/c ascending tokens per rank, each once.
+  for (int c : {2, 3, 4})
+    for (uint64_t seed = 0; seed < 20; ++seed) {
+      const int64_t S = 2 * c * 7;
+      std::vector<int64_t> e;
+      for (int64_t i = 1; i < S; ++i)
+        if (stream_uniform({seed, 9, 0}, i) < 0.2) e.push_back(i);
+      e.push_back(S);
+      e.push_back(S);
+      const auto parts = SequenceSplit{c, true}.sample_indices(S, e);
+      std::vector<int> seen(static_cast<size_t>(S), 0);
+      for (const auto& idx : parts) {
+        EXPECT_EQ(static_cast<int64_t>(idx.size()), S / c);
+        EXPECT_TRUE(std::is_sorted(idx.begin(), idx.end()));
+        for (int64_t i : idx) ++seen[static_cast<size_t>(i)];
+      }
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), S) << "c " << c << " seed " << seed;
+    }
+  // local() takes each sample's own tokens.
+  const Tensor x = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15, 16, 17},
+                                       {2, 8});
+  const Tensor docs = Tensor::from_vector(std::vector<int32_t>{4, 8, 2, 8}, {2, 2});
+  EXPECT_EQ(halves.local(x, 0, docs).to_int_vector(), (std::vector<int64_t>{0, 3, 4, 7, 10, 12, 16, 17}));
+  EXPECT_EQ(halves.local(x, 1, docs).to_int_vector(), (std::vector<int64_t>{1, 2, 5, 6, 11, 13, 14, 15}));
+}
+
+TEST(ContextParallelMpi, PerDocumentSplitEvensTheCausalWorkOfPackedData) {
+  auto world = Runtime::get()->world();
+  const int c = world->size();
+  if (c < 2) GTEST_SKIP() << "needs 2 or more ranks";
+  auto cp = mesh_for(c)->group_ptr("cp");
+  // Two documents, 40 and 24 tokens: 2c divides both at c = 2 and 4.
+  const int64_t S = 64;
+  const Tensor docs = Tensor::from_vector(std::vector<int32_t>{40, 64}, {1, 2});
+  auto pairs_of = [&](bool per_document) {
+    const SequenceSplit split{c, true, per_document};
+    const Tensor q = split.local(random({1, S, 2, 4}, DType::f32, 6), world->rank(), docs);
+    reset_ring_work();
+    ring_attention(q, q, q, docs, 0.5, split, cp);
+    return static_cast<double>(ring_work().visible_pairs);
+  };
+  const double total = 40 * 41 / 2 + 24 * 25 / 2;  // causal pairs inside the documents
+  EXPECT_EQ(pairs_of(true) * c, total);  // every rank exactly 1/c
+  // The per-sequence cut: at c = 2 rank 0 holds [0,16) and [48,64), 136 + 264 pairs, rank 1 720.
+  const double mine = pairs_of(false);
+  const double most = world->all_reduce_scalar(mine, ReduceOp::max), least = world->all_reduce_scalar(mine, ReduceOp::min);
+  EXPECT_GT(most / least, 1.5);
+  if (c == 2) EXPECT_EQ(mine, world->rank() == 0 ? 400.0 : 720.0);
+}
+
 // ---- Whole models ------------------------------------------------------------------------------
 
 Json cp_llama() {
@@ -184,7 +280,7 @@ Json cp_qwen3_moe() {
               {"norm_topk_prob", true}, {"router_aux_loss_coef", 0.01}, {"compute_dtype", "float32"}};
 }
 
-// MLA and a sequence balance loss, without MTP (not trained under CP).
+// MLA and a sequence balance loss, without MTP (cp_deepseek_v3_mtp adds it).
 Json cp_deepseek_v3() {
   Json j = testing::dist_tiny_deepseek_v3();
   j["num_attention_heads"] = 4;
@@ -230,13 +326,14 @@ void check_step(const Json& section, int cp, int tp, bool load_balanced, bool pa
   // ranks each a piece of it.
   // Balance losses are injected with scale 1 on both sides: each micro-batch's once.
   plain.model->zero_grad();
-  double ref_loss = 0, ref_aux = 0;
+  double ref_loss = 0, ref_aux = 0, ref_mtp = 0;
   for (int64_t j = 0; j < dp; ++j) {
     nn::LMOutput out = plain.model->forward(batch_for(vocab, S, j, packed));
     Tensor scaled = dp > 1 ? ops::scale(out.loss, 1.0 / static_cast<double>(dp)) : out.loss;
     autograd::backward(scaled);
     ref_loss += out.loss.item() / static_cast<double>(dp);
     if (out.aux_loss.defined()) ref_aux += out.aux_loss.item() / static_cast<double>(dp);
+    if (out.mtp_loss.defined()) ref_mtp += out.mtp_loss.item() / static_cast<double>(dp);
   }
   split.model->set_auxiliary_loss_grad_scale(1.0);
   parallel->zero_grad();
@@ -245,6 +342,10 @@ void check_step(const Json& section, int cp, int tp, bool load_balanced, bool pa
   parallel->finish_backward();
   const double loss = mesh->world().all_reduce_scalar(out.loss.item()) / mesh->world_size();
   EXPECT_NEAR(loss, ref_loss, 1e-6 * std::fabs(ref_loss));
+  if (out.mtp_loss.defined()) {
+    const double mtp = mesh->world().all_reduce_scalar(out.mtp_loss.item()) / mesh->world_size();
+    EXPECT_NEAR(mtp, ref_mtp, 1e-6 * std::fabs(ref_mtp));
+  }
   if (out.aux_loss.defined()) {
     // The balance loss is the whole sequence's on every cp rank.
     const double aux = mesh->world().all_reduce_scalar(out.aux_loss.item()) / mesh->world_size();
@@ -256,6 +357,13 @@ void check_step(const Json& section, int cp, int tp, bool load_balanced, bool pa
     expect_close(p->local().grad(), local_of(ref, *p), 2e-5, name + " grad");
   }
   testing::expect_grad_norm_matches(*plain.model, *split.model, *parallel, *mesh);
+}
+
+// DeepSeek-V3 with one MTP layer: its shifted ids, labels, mask and positions.
+Json cp_deepseek_v3_mtp() {
+  Json j = cp_deepseek_v3();
+  j["num_nextn_predict_layers"] = 1;
+  return j;
 }
 
 struct Arch {
@@ -306,6 +414,28 @@ TEST(ContextParallelMpi, UlyssesAndHybridStepMatchOneProcess) {
         check_step(a.section(), 4, 1, false, packed, ContextParallelMethod::hybrid);
       }
     }
+}
+
+}  // namespace
+}  // namespace loom::dist
+
+namespace loom::dist {
+namespace {
+
+TEST(ContextParallelMpi, MultiTokenPredictionMatchesOneProcess) {
+  const int n = Runtime::get()->world_size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
+  ASSERT_EQ(models::build_model(cp_deepseek_v3_mtp()).model->mtp_layers().size(), 1u);
+  for (bool packed : {false, true}) {
+    SCOPED_TRACE(packed ? "packed" : "plain");
+    check_step(cp_deepseek_v3_mtp(), n, 1, true, packed);
+    check_step(cp_deepseek_v3_mtp(), n, 1, false, packed);
+    check_step(cp_deepseek_v3_mtp(), n, 1, true, packed, ContextParallelMethod::ulysses);
+    if (n == 4) {
+      check_step(cp_deepseek_v3_mtp(), 2, 2, true, packed);  // cp 2 × tp 2
+      check_step(cp_deepseek_v3_mtp(), 4, 1, true, packed, ContextParallelMethod::hybrid);
+    }
+  }
 }
 
 }  // namespace
