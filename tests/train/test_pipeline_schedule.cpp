@@ -199,6 +199,29 @@ TEST(PipelineOrder, OverlapPairsEachBackwardWithTheNextForward) {
       }
 }
 
+// Replay costs: a receive posted when its step starts copies after both the producer's end and
+// the receiver's previous step (rendezvous); bookkeeping per action and the tail count as idle.
+TEST(PipelineOrder, ReplayAddsMeasuredCosts) {
+  PipelineReplayCosts costs;
+  costs.transfer_s = 0.5;
+  costs.action_overhead_s = {0.1, 0.1};
+  costs.tail_s = {0.2, 0.2};
+  // rank 0 F 0.1..1.1; rank 1 F 1.6 + 0.1..2.7, B ..4.8; rank 0 B 5.3 + 0.1..7.4; tails 0.2.
+  const PipelineReplay r = replay_pipeline(2, 1, 1, {{1.0}, {1.0}}, {{2.0}, {2.0}},
+                                           PipelineScheduleKind::one_f_one_b, false, costs);
+  EXPECT_DOUBLE_EQ(r.finish_s[0], 7.6);
+  EXPECT_DOUBLE_EQ(r.idle_s[0], 4.6);
+  EXPECT_DOUBLE_EQ(r.finish_s[1], 5.0);
+  EXPECT_DOUBLE_EQ(r.idle_s[1], 2.0);
+  // Posted a step early, rank 1's second forward's copy runs during its first backward.
+  costs.receives_posted_early = true;
+  const PipelineReplay late = replay_pipeline(2, 1, 2, {{1.0}, {1.0}}, {{2.0}, {2.0}},
+                                              PipelineScheduleKind::one_f_one_b, false, {0.5, false, {}, {}});
+  const PipelineReplay early = replay_pipeline(2, 1, 2, {{1.0}, {1.0}}, {{2.0}, {2.0}},
+                                               PipelineScheduleKind::one_f_one_b, false, {0.5, true, {}, {}});
+  EXPECT_LT(early.finish_s[1], late.finish_s[1]);
+}
+
 TEST(PipelineOrder, CountsTheReferenceCannotRunAreNamed) {
   EXPECT_EQ(config::interleaved_micro_batch_problem(2, 1, 5), "");  // 1F1B runs any count
   EXPECT_EQ(config::interleaved_micro_batch_problem(2, 2, 3), "");  // one round of 3

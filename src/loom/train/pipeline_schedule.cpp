@@ -161,8 +161,8 @@ PipelineReplay replay_pipeline(int pp, int chunks, int64_t micro_batches,
     for (int r = 0; r < pp; ++r) {
       const size_t ri = static_cast<size_t>(r);
       if (next[ri] == steps[ri].size()) continue;
-      double ready = out.finish_s[ri], d = 0;
-      bool ok = true;
+      double ready = out.finish_s[ri], inputs_end = 0, d = 0;
+      bool ok = true, receives = false;
       for (size_t i : steps[ri][next[ri]]) {
         const PipelineAction& a = orders[ri][i];
         const int s = a.chunk * pp + r;
@@ -173,12 +173,16 @@ PipelineReplay replay_pipeline(int pp, int chunks, int64_t micro_batches,
         for (const auto& n : needs) {
           auto it = end.find(n);
           if (it == end.end()) ok = false;
-          else ready = std::max(ready, it->second + costs.transfer_s);
+          else inputs_end = std::max(inputs_end, it->second);
+          receives = true;
         }
         const auto c = static_cast<size_t>(a.chunk);
         d += forward ? forward_s[ri][c] : backward_s[ri][c];
       }
       if (!ok) continue;
+      if (receives)
+        ready = costs.receives_posted_early ? std::max(ready, inputs_end + costs.transfer_s)
+                                            : std::max(ready, inputs_end) + costs.transfer_s;
       const double overhead = per_rank(costs.action_overhead_s, ri) * static_cast<double>(steps[ri][next[ri]].size());
       for (size_t i : steps[ri][next[ri]]) {
         const PipelineAction& a = orders[ri][i];

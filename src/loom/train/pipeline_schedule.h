@@ -100,12 +100,16 @@ struct PipelineStepTimes {
 // The step's timeline predicted from per-chunk compute times: every rank runs pipeline_order,
 // each step of pipeline_steps starting when its rank is free and its inputs exist, its outputs
 // sent when it ends (bench/bench_pipeline compares it with the measured idle time). Without
-// costs no communication or bookkeeping takes time; with them, each message arrives transfer_s
-// after its action ends, every action of rank r takes action_overhead_s[r] beyond its compute
-// (posting and completing transfers, reading the batch) and rank r's step ends tail_s[r] after
-// its last action (the sends' completion, finish_backward).
+// costs no communication or bookkeeping takes time; with them, each message takes transfer_s,
+// every action of rank r takes action_overhead_s[r] beyond its compute (posting and completing
+// transfers, reading the batch) and rank r's step ends tail_s[r] after its last action (the
+// sends' completion, finish_backward). An activation is too large for MPI's eager protocol: its
+// copy starts once the receive is posted. Without overlap_p2p that is when the consuming step
+// starts, so the transfer follows both the producer's end and the receiver's previous step; with
+// it the receive is posted one step early and the copy can run during that step.
 struct PipelineReplayCosts {
   double transfer_s = 0;
+  bool receives_posted_early = false;     // pipeline_parallel_overlap_p2p
   std::vector<double> action_overhead_s;  // per pp rank (empty: none)
   std::vector<double> tail_s;             // per pp rank (empty: none)
 };
