@@ -9,6 +9,12 @@
 //                             backwards (waiting for a neighbour, p2p, the step's bookkeeping),
 //                             and the idle time of replaying pipeline_order with this run's mean
 //                             forward and backward time of each chunk (train::replay_pipeline)
+//   predicted_idle_with_costs_s  the same replay with measured costs: transfer_s (half a ping-pong
+//                             round trip of one activation between pp ranks 0 and 1, before
+//                             training), per rank action_overhead_s (the step's time outside its
+//                             actions' compute, their waits and the tail, per action) and tail_s
+//                             (after the last action: sends' completion, finish_backward)
+//   grad_reduce_bytes_per_step  rank 0 under FSDP: bytes its grad reductions sent per step
 //   activation_peak_bytes     rank 0: allocator peak of the last step minus what stays after it
 //                             (activations plus backward's transient buffers)
 //   in_flight_peak_bytes      rank 0: the most bytes held between two actions of the last step
@@ -99,7 +105,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   train::PipelineSchedule* pipeline = nullptr;
   if (stage) {
     auto s = std::make_unique<train::PipelineSchedule>(*model, *parallel, m,
-                                                       train::PipelineScheduleOptions{cfg.parallelism.pipeline_parallel_overlap_p2p});
+                                                       train::pipeline_schedule_options(cfg.parallelism, *layout.pipeline));
     pipeline = s.get();
     schedule = std::move(s);
   } else {
@@ -112,8 +118,30 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   std::unique_ptr<optim::Optimizer> optimizer = optim::build_optimizer(train::optimizer_json(cfg.optimizer), params);
   optimizer->set_lr_scheduler(scheduler);
 
+  // One activation's transfer between neighbouring stages (pp ranks 0 and 1): half the median
+  // round trip of a [B, S/tp, D] fp32 tensor, before any training (the replay's transfer cost).
+  double transfer_s = 0;
+  if (stage) {
+    dist::ProcessGroup& pp = stage->pp_group();
+    Tensor message = Tensor::zeros({B, S / mesh->size("tp"), args.hidden_size}, DType::f32);
+    std::vector<double> round_trips;
+    constexpr int kPingTag = 1 << 20;  // above every schedule tag (2·stages + 1)
+    for (int k = 0; k < 23 && pp.rank() <= 1; ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (pp.rank() == 0) {
+        pp.isend(message, 1, kPingTag)->wait();
+        pp.irecv(message, 1, kPingTag)->wait();
+      } else {
+        pp.irecv(message, 0, kPingTag)->wait();
+        pp.isend(message, 0, kPingTag)->wait();
+      }
+      if (k >= 3) round_trips.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    transfer_s = pp.all_reduce_scalar(pp.rank() == 0 ? median(round_trips) / 2 : 0.0, dist::ReduceOp::max);
+  }
+
   const int shard = layout.dims.dataset_shard_id(rt.rank()), shards = layout.dims.num_dataset_shards();
-  std::vector<double> times, idle;
+  std::vector<double> times, idle, overhead, tail, reduce_bytes;
   int64_t in_flight_peak = 0;
   // Per chunk: summed forward and backward seconds over the timed steps' micro-batches.
   std::vector<double> forward_sum(static_cast<size_t>(v), 0.0), backward_sum(static_cast<size_t>(v), 0.0);
@@ -121,6 +149,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   int64_t batch_index = 0;
   for (int step = 0; step < warmup + steps; ++step) {
     reset_peak_memory();
+    if (parallel->fsdp()) parallel->fsdp()->reset_comm_stats();
     const auto t0 = std::chrono::steady_clock::now();
     const train::StepResult r = schedule->run_step([&] {
       return bench::random_tokens<data::Batch>(args.vocab_size, B, S, static_cast<uint64_t>((batch_index++) * shards + shard));
@@ -134,16 +163,21 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     mem = memory_stats();
     if (step < warmup) continue;
     times.push_back(s);
+    if (parallel->fsdp()) reduce_bytes.push_back(static_cast<double>(parallel->fsdp()->grad_reduce_bytes()));
     if (pipeline) {
       const train::PipelineStepTimes& t = pipeline->last_times();
-      double compute = 0;
+      double compute = 0, wait = 0;
       for (size_t i = 0; i < t.compute_s.size(); ++i) {
         const train::PipelineAction& a = pipeline->order()[i];
         compute += t.compute_s[i];
+        wait += t.wait_s[i];
         (a.kind == train::PipelineAction::Kind::forward ? forward_sum : backward_sum)[static_cast<size_t>(a.chunk)] +=
             t.compute_s[i];
       }
       idle.push_back(t.step_s - compute);
+      // Between the actions, outside their compute and their waits: the per-action bookkeeping.
+      overhead.push_back((t.step_s - compute - wait - t.tail_s) / static_cast<double>(t.compute_s.size()));
+      tail.push_back(t.tail_s);
       // Parameter grads appear with the step's first backward and stay: not activations.
       int64_t grads = 0;
       for (auto& [name, q] : model->module().named_parameters())
@@ -181,21 +215,30 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     const double per = static_cast<double>(steps) * static_cast<double>(m);
     std::vector<double> mine;
     mine.push_back(median(idle));
+    mine.push_back(median(overhead));
+    mine.push_back(median(tail));
     for (int c = 0; c < v; ++c) mine.push_back(forward_sum[static_cast<size_t>(c)] / per);
     for (int c = 0; c < v; ++c) mine.push_back(backward_sum[static_cast<size_t>(c)] / per);
     std::vector<double> all(mine.size() * static_cast<size_t>(p));
     pp.all_gather(std::span<const double>(mine), std::span<double>(all));
     std::vector<std::vector<double>> fwd(static_cast<size_t>(p)), bwd(static_cast<size_t>(p));
     Json measured = Json::array(), forward_s = Json::array(), backward_s = Json::array();
+    train::PipelineReplayCosts costs;
+    costs.transfer_s = transfer_s;
+    costs.receives_posted_early = cfg.parallelism.pipeline_parallel_overlap_p2p;
     for (int r = 0; r < p; ++r) {
       const double* x = all.data() + static_cast<size_t>(r) * mine.size();
       measured.push_back(x[0]);
-      fwd[static_cast<size_t>(r)].assign(x + 1, x + 1 + v);
-      bwd[static_cast<size_t>(r)].assign(x + 1 + v, x + 1 + 2 * v);
+      costs.action_overhead_s.push_back(x[1]);
+      costs.tail_s.push_back(x[2]);
+      fwd[static_cast<size_t>(r)].assign(x + 3, x + 3 + v);
+      bwd[static_cast<size_t>(r)].assign(x + 3 + v, x + 3 + 2 * v);
       forward_s.push_back(fwd[static_cast<size_t>(r)]);
       backward_s.push_back(bwd[static_cast<size_t>(r)]);
     }
-    const train::PipelineReplay replay = train::replay_pipeline(p, v, m, fwd, bwd);
+    const train::PipelineScheduleOptions so = train::pipeline_schedule_options(cfg.parallelism, *layout.pipeline);
+    const train::PipelineReplay replay = train::replay_pipeline(p, v, m, fwd, bwd, so.kind, so.overlap_b_f);
+    const train::PipelineReplay costed = train::replay_pipeline(p, v, m, fwd, bwd, so.kind, so.overlap_b_f, costs);
     const int64_t rounds = std::max<int64_t>(1, m / p), per_round = m / rounds;
     const int64_t bound = v == 1 ? std::min<int64_t>(p, m)
                                  : std::min<int64_t>((v - 1) * per_round + 2 * (p - 1) + 1, m * v);
@@ -206,6 +249,10 @@ int run(int argc, char** argv, dist::Runtime& rt) {
                {"chunk_backward_s", backward_s},
                {"idle_s", measured},
                {"predicted_idle_s", replay.idle_s},
+               {"predicted_idle_with_costs_s", costed.idle_s},
+               {"transfer_s", transfer_s},
+               {"action_overhead_s", costs.action_overhead_s},
+               {"tail_s", costs.tail_s},
                {"chunk_activation_bytes", chunk_activation},
                {"in_flight_bound", bound},
                {"in_flight_bound_bytes", bound * chunk_activation},
@@ -225,6 +272,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
               {"activation_peak_bytes", mem.peak_bytes - mem.current_bytes},
               {"state_bytes", all_state},
               {"embedding_head_bytes", all_ends},
+              {"grad_reduce_bytes_per_step", reduce_bytes.empty() ? Json(nullptr) : Json(median(reduce_bytes))},
               {"pipeline", pp_json}};
     std::printf("RESULT %s\n", r.dump().c_str());
   }

@@ -217,6 +217,10 @@ TEST(Pipeline, ScheduleInference) {
   EXPECT_NE(errors("parallelism:\n  pipeline_parallel: 2\n  pipeline_parallel_schedule: interleaved_1f1b\n" + model)
                 .find("pipeline_parallel_schedule='interleaved_1f1b' requires pipeline_parallel_interleave_num > 1, but got 1."),
             std::string::npos);
+  EXPECT_NE(errors("parallelism:\n  pipeline_parallel: 2\n  pipeline_parallel_interleave_num: 2\n"
+                   "  pipeline_parallel_schedule: gpipe\n" + model)
+                .find("'gpipe' runs one chunk per rank, but pipeline_parallel_interleave_num is 2"),
+            std::string::npos);
   EXPECT_NE(errors("parallelism:\n  pipeline_parallel: 2\n  pipeline_parallel_schedule: zb\n" + model)
                 .find("Unsupported pipeline_parallel_schedule 'zb'. Supported values: 1f1b, gpipe, interleaved_1f1b"),
             std::string::npos);

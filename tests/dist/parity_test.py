@@ -566,7 +566,8 @@ def pipeline(args, work):
     """Every stage layout against one process: the loss comes from the last stage (every rank logs
     it), the grad norm sums the stages, the tied or MTP-shared embedding's grad sums the first and
     last stage. Step 1 within 1e-6 relative (the shared embedding's grad is a sum of two stages' parts
-    in another order), 20-step curves within 1e-5."""
+    in another order), 20-step curves within 1e-5; GPipe, backward/forward overlap at pp2 x ep2, and
+    Muon with QK-clip firing at pp2 (bit for bit) and pp2 x fsdp2 (within the muon case's 1e-4)."""
     def pp(n, extra=""):
         return "\n  pipeline_parallel: %d%s" % (n, extra)
     def layers(*stages):
@@ -590,10 +591,37 @@ def pipeline(args, work):
     for name, world, extra in layouts:
         got, _ = run(args, work, name, world, parallel_extra=extra, model=LLAMA_PP)
         check(name, got, ref, "pp_one_process")
+    # GPipe (a Loom extension): the same micro-batch order as 1F1B, so the same grads.
+    got, _ = run(args, work, "pp2_gpipe", 2, parallel_extra=pp(2, "\n  pipeline_parallel_schedule: gpipe"),
+                 model=LLAMA_PP)
+    check("pp2_gpipe", got, ref, "pp_one_process")
     for arch, model in (("qwen3_tied", QWEN3_TP), ("deepseek_v3_mtp", DEEPSEEK)):
         arch_ref, _ = run(args, work, arch + "_one_process", 1, model=model)
         got, _ = run(args, work, arch + "_pp2", 2, parallel_extra=pp(2), model=model)
         check(arch + "_pp2", got, arch_ref, arch + "_one_process")
+    # Backward/forward overlap on a MoE model (two layers per stage, so each stage's backward
+    # alternates layer by layer with the next forward) with the experts over ep 2 in each stage.
+    moe4 = DEEPSEEK.replace("num_hidden_layers: 2", "num_hidden_layers: 4")
+    moe4_ref, _ = run(args, work, "deepseek_v3_4_layers_one_process", 1, model=moe4)
+    got, _ = run(args, work, "pp2_ep2_overlap_b_f", 4, model=moe4,
+                 parallel_extra=pp(2, "\n  expert_parallel: 2\n  pipeline_parallel_overlap_b_f: True"))
+    check("pp2_ep2_overlap_b_f", got, moe4_ref, "deepseek_v3_4_layers_one_process")
+    # Muon with QK-clip firing on every head of both stages (MLA layer 0 on the first, layer 1 on
+    # the last; no MTP, whose shared embedding's two-stage sum rounds differently): each stage
+    # clips with its own layers' maxima, so pp 2 gives the one-process curve bit for bit, and
+    # pp 2 x fsdp 2 (maxima reduced over the stage's data-parallel ranks, grads summed in another
+    # order) stays within the muon case's tolerance.
+    no_mtp = DEEPSEEK.replace("num_nextn_predict_layers: 1", "num_nextn_predict_layers: 0")
+    muon_qk = MUON.format(threshold=MUON_FIRING_QK_CLIP, strategy="allgather")
+    muon_ref, _ = run(args, work, "muon_qk_clip_pp_one_process", 1, model=no_mtp, optimizer=muon_qk)
+    got, _ = run(args, work, "muon_qk_clip_pp2", 2, parallel_extra=pp(2), model=no_mtp, optimizer=muon_qk)
+    if got != muon_ref:
+        step = min(s for s in muon_ref if got.get(s) != muon_ref[s])
+        raise SystemExit("FAIL: muon_qk_clip_pp2 step %d loss %.17g, one process %.17g" % (
+            step, got.get(step, float("nan")), muon_ref[step]))
+    print("  %-40s 20-step curve identical to one process" % "muon_qk_clip_pp2")
+    got, _ = run(args, work, "muon_qk_clip_pp2_fsdp2", 4, parallel_extra=pp(2), model=no_mtp, optimizer=muon_qk)
+    compare("muon_qk_clip_pp2_fsdp2", got, muon_ref, MUON_TOLERANCE)
     # Each stage saves its own layers under their global names; any layout resumes them.
     saved, saved_dir = run(args, work, "pp2_saving", 2, save=True, parallel_extra=pp(2), model=LLAMA_PP)
     compare("pp2 (saving)", saved, ref, 1e-5)
@@ -631,8 +659,9 @@ def launch(args, work):
     # Layout and start-up errors: every rank exits non-zero at once, with the message naming the
     # field; an update that makes the weights non-finite stops every rank at the same step.
     cases = [("batch_too_small", "local_batch_size: 2", "local_batch_size: 8", "global_batch_size", {}),
-             ("pipeline_gpipe", "data_parallel_shard: -1", "data_parallel_shard: -1\n  pipeline_parallel: 2\n"
-              "  pipeline_parallel_layers_per_stage: ['0-1', '2']\n  pipeline_parallel_schedule: gpipe", "parallelism.pipeline_parallel_schedule: 'gpipe' is not trained", {}),
+             ("pipeline_swap", "data_parallel_shard: -1", "data_parallel_shard: -1\n  pipeline_parallel: 2\n"
+              "  pipeline_parallel_layers_per_stage: ['0-1', '2']\nswap:\n  enable: True\n  default_prefetch: 1\n"
+              "  layer_swap:\n    - layers: ['0-1']", "swap is not supported with pipeline parallel", {}),
              ("shard_misfit", "data_parallel_shard: -1", "data_parallel_shard: 4",
               "parallelism.data_parallel_shard: is 4 but the inferred shard degree is 2", {}),
              ("memory_misfit", "data_parallel_shard: -1", "data_parallel_shard: -1", "the run needs at least",

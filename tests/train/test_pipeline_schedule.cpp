@@ -45,12 +45,13 @@ TEST(PipelineOrder, MatchesTheReferenceExamples) {
 // received, i.e. its receiver reached the consuming action (a rank posts an action's receive
 // when it reaches the action): the rule PipelineSchedule must not follow, because interleaved
 // lists then form a cycle.
-std::vector<int64_t> replay(int p, int v, int64_t m, bool sends_block, bool* finished = nullptr) {
+std::vector<int64_t> replay(int p, int v, int64_t m, bool sends_block, bool* finished = nullptr,
+                            PipelineScheduleKind kind = PipelineScheduleKind::one_f_one_b) {
   using Id = std::tuple<int, int, int64_t>;  // (0 forward / 1 backward, virtual stage, micro)
   std::vector<std::vector<PipelineAction>> orders;
   std::map<Id, size_t> position;
   for (int r = 0; r < p; ++r) {
-    orders.push_back(pipeline_order(p, r, v, m));
+    orders.push_back(pipeline_order(p, r, v, m, kind));
     for (size_t i = 0; i < orders.back().size(); ++i) {
       const PipelineAction& a = orders.back()[i];
       position[{a.kind == Kind::forward ? 0 : 1, a.chunk * p + r, a.micro_batch}] = i;
@@ -124,7 +125,9 @@ TEST(PipelineOrder, EveryRunnableCountReplaysWithinTheInFlightBound) {
                                        : std::min<int64_t>((v - 1) * per_round + 2 * (p - 1 - r) + 1, m * v);
           EXPECT_LE(peak[static_cast<size_t>(r)], bound) << "rank " << r;
         }
-        if (v == 1 && m >= p) EXPECT_EQ(peak[0], p);
+        if (v == 1 && m >= p) {
+          EXPECT_EQ(peak[0], p);
+        }
       }
 }
 
@@ -148,6 +151,75 @@ TEST(PipelineOrder, ReplayGivesTheBubble) {
   const PipelineReplay two = replay_pipeline(2, 2, 8, {{0.5, 0.5}, {0.5, 0.5}}, {{1.0, 1.0}, {1.0, 1.0}});
   EXPECT_DOUBLE_EQ(two.idle_s[0], 1.5);
   EXPECT_DOUBLE_EQ(two.idle_s[1], 0.5);
+}
+
+// GPipe: all forwards, then all backwards in micro-batch order. It runs any count, even with
+// blocking sends, holds all m micro-batches on every rank, and has 1F1B's bubble.
+TEST(PipelineOrder, GpipeRunsEveryForwardFirst) {
+  EXPECT_EQ(render(pipeline_order(3, 1, 1, 3, PipelineScheduleKind::gpipe), 3, 1), "F1.0 F1.1 F1.2 B1.0 B1.1 B1.2");
+  for (int p = 2; p <= 5; ++p)
+    for (int64_t m = 1; m <= 12; ++m) {
+      SCOPED_TRACE("p " + std::to_string(p) + " m " + std::to_string(m));
+      const std::vector<int64_t> peak = replay(p, 1, m, /*sends_block=*/false, nullptr, PipelineScheduleKind::gpipe);
+      for (int r = 0; r < p; ++r) EXPECT_EQ(peak[static_cast<size_t>(r)], m) << "rank " << r;
+      bool finished = false;
+      replay(p, 1, m, /*sends_block=*/true, &finished, PipelineScheduleKind::gpipe);
+      EXPECT_TRUE(finished);
+    }
+  const PipelineReplay g = replay_pipeline(2, 1, 8, {{1.0}, {1.0}}, {{2.0}, {2.0}}, PipelineScheduleKind::gpipe);
+  EXPECT_DOUBLE_EQ(g.finish_s[0], 8 * 3.0 + 3.0);
+  EXPECT_DOUBLE_EQ(g.idle_s[0], 3.0);
+  EXPECT_DOUBLE_EQ(g.idle_s[1], 1.0);
+}
+
+// overlap_b_f: each backward the order follows with a forward runs with it as one step (the
+// steady state's pairs, backward first); the steps of every runnable count replay without a
+// cycle (a step waits for both inputs and sends both outputs at its end).
+TEST(PipelineOrder, OverlapPairsEachBackwardWithTheNextForward) {
+  const std::vector<PipelineAction> order = pipeline_order(2, 0, 1, 4);  // F0 F1 B0 F2 B1 F3 B2 B3
+  const std::vector<std::vector<size_t>> want = {{0}, {1}, {2, 3}, {4, 5}, {6}, {7}};
+  EXPECT_EQ(pipeline_steps(order, true), want);
+  EXPECT_EQ(pipeline_steps(order, false).size(), order.size());
+  for (int p = 2; p <= 5; ++p)
+    for (int v = 1; v <= 3; ++v)
+      for (int64_t m = 1; m <= 12; ++m) {
+        if (!config::interleaved_micro_batch_problem(p, v, m).empty()) continue;
+        SCOPED_TRACE("p " + std::to_string(p) + " v " + std::to_string(v) + " m " + std::to_string(m));
+        const std::vector<std::vector<double>> f(static_cast<size_t>(p), std::vector<double>(static_cast<size_t>(v), 1.0));
+        const std::vector<std::vector<double>> b(static_cast<size_t>(p), std::vector<double>(static_cast<size_t>(v), 2.0));
+        EXPECT_NO_THROW(replay_pipeline(p, v, m, f, b, PipelineScheduleKind::one_f_one_b, true));
+        for (int r = 0; r < p; ++r) {
+          const std::vector<PipelineAction> o = pipeline_order(p, r, v, m);
+          for (const std::vector<size_t>& step : pipeline_steps(o, true))
+            if (step.size() == 2) {
+              EXPECT_EQ(o[step[0]].kind, Kind::backward);
+              EXPECT_EQ(o[step[1]].kind, Kind::forward);
+            }
+        }
+      }
+}
+
+// Replay costs: a receive posted when its step starts copies after both the producer's end and
+// the receiver's previous step (rendezvous); bookkeeping per action and the tail count as idle.
+TEST(PipelineOrder, ReplayAddsMeasuredCosts) {
+  PipelineReplayCosts costs;
+  costs.transfer_s = 0.5;
+  costs.action_overhead_s = {0.1, 0.1};
+  costs.tail_s = {0.2, 0.2};
+  // rank 0 F 0.1..1.1; rank 1 F 1.6 + 0.1..2.7, B ..4.8; rank 0 B 5.3 + 0.1..7.4; tails 0.2.
+  const PipelineReplay r = replay_pipeline(2, 1, 1, {{1.0}, {1.0}}, {{2.0}, {2.0}},
+                                           PipelineScheduleKind::one_f_one_b, false, costs);
+  EXPECT_DOUBLE_EQ(r.finish_s[0], 7.6);
+  EXPECT_DOUBLE_EQ(r.idle_s[0], 4.6);
+  EXPECT_DOUBLE_EQ(r.finish_s[1], 5.0);
+  EXPECT_DOUBLE_EQ(r.idle_s[1], 2.0);
+  // Posted a step early, rank 1's second forward's copy runs during its first backward.
+  costs.receives_posted_early = true;
+  const PipelineReplay late = replay_pipeline(2, 1, 2, {{1.0}, {1.0}}, {{2.0}, {2.0}},
+                                              PipelineScheduleKind::one_f_one_b, false, {0.5, false, {}, {}});
+  const PipelineReplay early = replay_pipeline(2, 1, 2, {{1.0}, {1.0}}, {{2.0}, {2.0}},
+                                               PipelineScheduleKind::one_f_one_b, false, {0.5, true, {}, {}});
+  EXPECT_LT(early.finish_s[1], late.finish_s[1]);
 }
 
 TEST(PipelineOrder, CountsTheReferenceCannotRunAreNamed) {

@@ -47,8 +47,6 @@ void check_sections(const TrainConfig& config, Diagnostics& diag);
 struct ParallelChecks {
   bool degrees_valid = false;  // every degree >= 1: the layout can be inferred for a world size
   std::optional<PipelinePlan> pipeline;
-  // Valid layouts this build cannot train yet, as (dotted path, message): gaps of the run.
-  std::vector<std::pair<std::string, std::string>> unsupported;
 };
 ParallelChecks check_parallelism(const TrainConfig& config, const models::ModelArgs& model,
                                  const data::MegatronDataConfig& data, Diagnostics& diag);

@@ -136,6 +136,11 @@ std::optional<PipelinePlan> plan_pipeline(const ParallelismConfig& par, std::opt
         diag.warn("parallelism.pipeline_parallel_schedule",
                   "'1f1b' does not run interleaved stages; using 'interleaved_1f1b' because "
                   "pipeline_parallel_interleave_num is " + std::to_string(chunks));
+    } else if (schedule == "gpipe" && chunks > 1) {
+      diag.error("parallelism.pipeline_parallel_schedule",
+                 "'gpipe' runs one chunk per rank, but pipeline_parallel_interleave_num is " + std::to_string(chunks) +
+                     "; set pipeline_parallel_interleave_num: 1, or pipeline_parallel_schedule: interleaved_1f1b");
+      ok = false;
     } else if (schedule == "interleaved_1f1b" && chunks <= 1) {
       diag.error("parallelism.pipeline_parallel_schedule",
                  "pipeline_parallel_schedule='interleaved_1f1b' requires pipeline_parallel_interleave_num > 1, "

@@ -49,6 +49,8 @@ struct PipelinePlan {
   // "1f1b", "interleaved_1f1b" or "gpipe": the configured schedule, lower-cased, with 1f1b
   // upgraded to interleaved_1f1b when interleave_num > 1 (reference _infer_schedule_type).
   std::string schedule = "1f1b";
+  // pipeline_parallel_overlap_b_f as it takes effect: on for MoE models only (check_parallelism).
+  bool overlap_b_f = false;
   bool is_auto = true;
   // By virtual stage index; empty when the number of layers is unknown.
   std::vector<VirtualStage> stages;

@@ -1,7 +1,6 @@
 // parallelism rules that hold for every world size: parallel_training.md ("Parallelism
 // Configuration Limitations", CP methods, mask compression, EP dispatcher, SP) and the
 // reference ParallelismConfig.__post_init__.
-#include <cctype>
 
 #include "loom/config/checks.h"
 #include "loom/config/layer_spec.h"
@@ -17,11 +16,6 @@ void one_of(const std::string& value, const std::vector<std::string>& allowed, c
   std::string list;
   for (std::size_t i = 0; i < allowed.size(); ++i) list += (i ? ", " : "") + ("'" + allowed[i] + "'");
   diag.error(path, "must be one of " + list + ", got '" + value + "'" + did_you_mean(value, allowed));
-}
-
-std::string lower(std::string s) {
-  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return s;
 }
 
 }  // namespace
@@ -205,30 +199,20 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
                                           std::to_string(p.expert_parallel) + ")");
 
   ParallelChecks out;
-  // Valid by the spec, not trained by this build yet: the run stops at start-up, check-config
-  // accepts the file and notes it.
   if (cp > 1 && p.context_parallel_async && p.context_parallel_method == "colossal")
     diag.warn(P + "context_parallel_async", "has no effect with context_parallel_method 'colossal': the ring always "
                                             "posts the next K/V block's transfer before the current block's compute "
                                             "(async posts Ulysses' and hybrid's all-to-alls ahead)");
-  if (p.pipeline_parallel > 1 && p.pipeline_parallel_overlap_b_f)
-    out.unsupported.emplace_back(P + "pipeline_parallel_overlap_b_f",
-                                 P + "pipeline_parallel_overlap_b_f: is True, but this build does not interleave one "
-                                 "micro-batch's backward with the next one's forward; set it to False");
-  // QK-clip reduces each head's max logit over every rank, which under pp hold other layers.
-  const auto qk_clip = c.optimizer.extras.find("qk_clip_enabled");
-  const bool qk_clip_on = qk_clip == c.optimizer.extras.end() || !qk_clip->is_boolean() || qk_clip->get<bool>();
-  if (p.pipeline_parallel > 1 && c.optimizer.type == "Muon" && qk_clip_on)
-    out.unsupported.emplace_back(P + "pipeline_parallel",
-                                 P + "pipeline_parallel: is " + std::to_string(p.pipeline_parallel) + " with Muon's "
-                                 "QK-clip, which this build reduces over every rank as if each held every layer; "
-                                 "set optimizer.qk_clip_enabled: False, or pipeline_parallel: 1");
-  if (p.pipeline_parallel > 1 && lower(p.pipeline_parallel_schedule) == "gpipe")
-    out.unsupported.emplace_back(P + "pipeline_parallel_schedule",
-                                 P + "pipeline_parallel_schedule: 'gpipe' is not trained by this build; use '1f1b' "
-                                 "(or 'interleaved_1f1b' with pipeline_parallel_interleave_num > 1)");
+  // overlap_b_f interleaves one micro-batch's backward with another's forward so that the expert
+  // all-to-all of one meets the other's compute; the reference turns it off for dense models.
+  const bool overlap_b_f = p.pipeline_parallel > 1 && p.pipeline_parallel_overlap_b_f && model.is_moe();
+  if (p.pipeline_parallel > 1 && p.pipeline_parallel_overlap_b_f && !model.is_moe())
+    diag.warn(P + "pipeline_parallel_overlap_b_f", "has no effect for a dense model (no routed experts, so no "
+                                                   "expert all-to-all to overlap): it is turned off, as in the "
+                                                   "reference");
   out.degrees_valid = degrees_ok && shard_ok;
   if (degrees_ok) out.pipeline = plan_pipeline(p, known_size(model.num_layers), c, diag);
+  if (out.pipeline) out.pipeline->overlap_b_f = overlap_b_f;
   return out;
 }
 

@@ -82,7 +82,6 @@ std::optional<ResolvedConfig> resolve(const TrainConfig& c, std::optional<int> w
   r.swap = std::move(memory.swap);
   for (const auto& gap : model.gaps) r.gaps.push_back(diag.positioned(gap.path, gap.message));
   r.gaps.insert(r.gaps.end(), loader.gaps.begin(), loader.gaps.end());
-  for (const auto& [path, message] : parallel.unsupported) r.gaps.push_back(diag.positioned(path, message));
   if (c.lora_config)
     r.gaps.push_back(diag.positioned("lora_config", "lora_config: LoRA fine-tuning is not supported by Loom yet; remove "
                                                     "the section to train all parameters"));

@@ -160,6 +160,10 @@ void FullyShardedModel::zero_grad() {
   for (auto& unit : units_) unit->zero_grad();
 }
 
+void FullyShardedModel::set_requires_gradient_sync(bool on) {
+  for (auto& unit : units_) unit->set_requires_gradient_sync(on);
+}
+
 void FullyShardedModel::finish_backward() {
   // Same order on every rank: units whose grads were not all reduced during backward.
   for (auto& unit : units_)
@@ -201,9 +205,16 @@ CommStats FullyShardedModel::comm_stats() const {
   return s;
 }
 
+int64_t FullyShardedModel::grad_reduce_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& unit : units_) bytes += unit->reduce_bytes_sent();
+  return bytes;
+}
+
 void FullyShardedModel::reset_comm_stats() {
   mesh_->group("fsdp").reset_stats();
   mesh_->group("dp_replicate").reset_stats();
+  for (auto& unit : units_) unit->reset_reduce_bytes();
 }
 
 }  // namespace loom::dist

@@ -22,7 +22,8 @@
 // again before the unit's backward starts. The root unit stays gathered until backward ends.
 //
 // Backward: parameter grads accumulate (fp32) in the full-shape leaves; when every trainable
-// parameter of a unit has its grad, the unit's grads are packed rank-major and reduce-scattered
+// parameter of a unit has its grad (and gradient sync is on: set_requires_gradient_sync), the
+// unit's grads are packed rank-major and reduce-scattered
 // over the shard group (summed in rank order, so n ranks give the bits of one process summing n
 // micro-batches), all-reduced over the replicate group (HSDP), and added to the sharded fp32
 // main grads; the full grads and the gathered parameters are freed at once, while the rest of
@@ -84,6 +85,11 @@ class FullyShardedModel {
 
   // Drops the sharded grads (the next backward starts a new accumulation).
   void zero_grad();
+  // Whether the next backward reduces the grads of each unit it completes (the default). The
+  // pipeline schedule turns it off for every backward but a chunk's last micro-batch: the
+  // unreduced full grads then accumulate over the micro-batches and each unit is reduced once
+  // per step (TorchTitan's set_requires_gradient_sync, Megatron's no_sync), m× less reduce traffic.
+  void set_requires_gradient_sync(bool on);
   // Reduces every unit whose grads were not reduced during backward, then frees every gathered
   // parameter. Call once after the last backward of a step (before clipping and the update).
   void finish_backward();
@@ -97,6 +103,8 @@ class FullyShardedModel {
   FsdpMemory memory() const;
   // Bytes this process sent through the shard and replicate groups since the last reset.
   CommStats comm_stats() const;
+  // The part of comm_stats().bytes_sent that grad reductions sent, since the last reset.
+  int64_t grad_reduce_bytes() const;
   void reset_comm_stats();
 
  private:

@@ -280,6 +280,14 @@ void FsdpUnit::on_grad_accumulated(size_t slot) {
   // The root unit waits for finish_backward: its parameters (tied embeddings, MTP's shared
   // embedding) may receive grads from several places until the very end of backward.
   if (config_.is_root || ready_count_ < trainable_count_) return;
+  if (!requires_gradient_sync_) {
+    // Another micro-batch's backward adds to these full grads; the parameters stay gathered
+    // for it unless the policy frees them after every forward anyway.
+    for (FsdpSlot& s : slots_) s.grad_ready = false;
+    ready_count_ = 0;
+    if (config_.reshard_after_forward) reshard();
+    return;
+  }
   reduce_grads();
   reshard();
 }
@@ -320,8 +328,12 @@ void FsdpUnit::reduce_grads() {
     for (size_t idx : b.slots)
       if (slots_[idx].trainable) fresh = fresh && !slots_[idx].shard.grad().defined();
     Tensor reduced = fresh ? b.grad_flat : Tensor::empty({b.shard_numel}, DType::f32);
+    const int64_t sent_before = b.shard.group->stats().bytes_sent +
+                                (replicate_group_ ? replicate_group_->stats().bytes_sent : 0);
     b.shard.group->reduce_scatter(send, reduced);
     if (replicate_group_) replicate_group_->all_reduce(reduced);
+    reduce_bytes_sent_ += b.shard.group->stats().bytes_sent +
+                          (replicate_group_ ? replicate_group_->stats().bytes_sent : 0) - sent_before;
     if (config_.divide_gradients) {
       kernels::for_tensor(reduced, "fsdp gradient division").scale_(reduced, 1.0 / config_.data_parallel_ranks);
     }

@@ -97,12 +97,18 @@ class FsdpUnit : public std::enable_shared_from_this<FsdpUnit> {
   // Identity on `outputs` whose backward gathers the parameters again before the unit's backward.
   std::vector<Tensor> attach_pre_backward(const std::vector<Tensor>& outputs);
 
-  // Grad side.
+  // Grad side. With sync off (pipeline micro-batches before a chunk's last), a unit whose grads
+  // are all in keeps them full and unreduced, so the next micro-batch adds to them and one
+  // reduction per step follows the sync-on backward (or finish_backward).
+  void set_requires_gradient_sync(bool on) { requires_gradient_sync_ = on; }
   void on_grad_accumulated(size_t slot);
   bool has_unreduced_grads() const;
   // Reduce-scatters the accumulated full grads into the sharded main grads and frees them.
   void reduce_grads();
   void zero_grad();
+  // Bytes this unit's grad reductions sent (reduce-scatter and replicate all-reduce) since reset.
+  int64_t reduce_bytes_sent() const { return reduce_bytes_sent_; }
+  void reset_reduce_bytes() { reduce_bytes_sent_ = 0; }
 
  private:
   void point_leaves_at_full();
@@ -115,6 +121,8 @@ class FsdpUnit : public std::enable_shared_from_this<FsdpUnit> {
   std::vector<FsdpBucket> buckets_;
   bool gathered_ = false;
   size_t trainable_count_ = 0, ready_count_ = 0;
+  bool requires_gradient_sync_ = true;
+  int64_t reduce_bytes_sent_ = 0;
   std::shared_ptr<autograd::SavedTensorHooks> hooks_;
 };
 

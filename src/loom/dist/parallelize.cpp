@@ -62,6 +62,10 @@ void ParallelModel::zero_grad() {
   if (fsdp_) fsdp_->zero_grad();
 }
 
+void ParallelModel::set_requires_gradient_sync(bool on) {
+  if (fsdp_) fsdp_->set_requires_gradient_sync(on);
+}
+
 void ParallelModel::finish_backward() {
   if (fsdp_) fsdp_->finish_backward();
   if (pipeline_) pipeline_->reduce_shared_grads();

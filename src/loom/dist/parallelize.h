@@ -68,6 +68,9 @@ class ParallelModel {
   // grads the optimizer sees are final.
   void zero_grad();
   void finish_backward();
+  // FSDP's gradient sync for the next backwards (FullyShardedModel::set_requires_gradient_sync;
+  // nothing to do without FSDP). finish_backward() reduces whatever is still unreduced.
+  void set_requires_gradient_sync(bool on);
   // The factor the loss needs before backward so that reduced grads are the mean over the
   // data-parallel ranks: 1/(world/(pp·tp·cp)) while grads are summed (parallelism.
   // disable_gradient_division, the default), else 1 (semantics.md §1.2, with the loss that

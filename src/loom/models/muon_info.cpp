@@ -74,9 +74,11 @@ MuonModelFacts muon_model_facts(const ModelArgs& a) {
 std::vector<QkClipObservation> take_qk_clip_observations(nn::CausalLM& model, const ModelArgs& a) {
   std::vector<QkClipObservation> out;
   MuonModelFacts facts = muon_model_facts(a);
-  std::vector<nn::AttentionLayer*> layers = model.attention_layers();
   for (const QkClipLayerNames& n : facts.qk_clip_layers) {
-    nn::CoreAttention& core = layers.at(static_cast<size_t>(n.layer))->core_attention();
+    // By global path: a pipeline stage holds only its own layers (dist/pipeline.h).
+    auto* attention = dynamic_cast<nn::AttentionLayer*>(model.find_module(n.attention_path));
+    if (attention == nullptr) continue;
+    nn::CoreAttention& core = attention->core_attention();
     QkClipObservation o;
     o.names = n;
     if (core.max_logits().defined()) o.max_logits = core.max_logits().to_float_vector();

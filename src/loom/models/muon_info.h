@@ -51,7 +51,8 @@ struct QkClipObservation {
   QkClipLayerNames names;
   std::vector<float> max_logits;  // per head, since the last take (empty if not tracked)
 };
-// Reads and resets every MLA layer's running max logits (enable with set_track_max_logits).
+// Reads and resets the running max logits of every MLA layer this model holds (a pipeline stage:
+// its own layers), enable with set_track_max_logits.
 std::vector<QkClipObservation> take_qk_clip_observations(nn::CausalLM& model, const ModelArgs& args);
 
 }  // namespace loom::models

@@ -32,6 +32,15 @@ dist::PipelineLayout pipeline_layout(const config::PipelinePlan& plan) {
   return layout;
 }
 
+PipelineScheduleOptions pipeline_schedule_options(const config::ParallelismConfig& parallelism,
+                                                  const config::PipelinePlan& plan) {
+  PipelineScheduleOptions o;
+  o.overlap_p2p = parallelism.pipeline_parallel_overlap_p2p;
+  o.kind = plan.schedule == "gpipe" ? PipelineScheduleKind::gpipe : PipelineScheduleKind::one_f_one_b;
+  o.overlap_b_f = plan.overlap_b_f;
+  return o;
+}
+
 std::map<int64_t, std::vector<int64_t>> gather_over_stages(dist::ProcessGroup& pp,
                                                            const std::map<int64_t, std::vector<int64_t>>& counts) {
   if (pp.size() == 1) return counts;
@@ -58,14 +67,19 @@ std::map<int64_t, std::vector<int64_t>> gather_over_stages(dist::ProcessGroup& p
   return out;
 }
 
-void max_over_ranks(dist::ProcessGroup& world, std::vector<optim::QkClipLayer>& layers) {
-  // Every rank tracked the same layers in the same order (same model, same code path).
+void max_over_stage_replicas(dist::DeviceMesh& mesh, std::vector<optim::QkClipLayer>& layers) {
+  // The ranks of one stage tracked the same layers in the same order (same model, same code path).
   std::vector<float> flat;
   for (const auto& l : layers) flat.insert(flat.end(), l.max_logits.begin(), l.max_logits.end());
-  int64_t n = static_cast<int64_t>(flat.size());
-  LOOM_CHECK(world.all_reduce_scalar(n, dist::ReduceOp::max) == n && world.all_reduce_scalar(n, dist::ReduceOp::min) == n,
-             DistError, "QK-clip: ranks tracked different numbers of attention heads");
-  world.all_reduce(std::span<float>(flat), dist::ReduceOp::max);
+  const int64_t n = static_cast<int64_t>(flat.size());
+  for (const char* axis : {"dp_replicate", "fsdp"}) {
+    dist::ProcessGroup& group = mesh.group(axis);
+    if (group.size() == 1) continue;
+    LOOM_CHECK(group.all_reduce_scalar(n, dist::ReduceOp::max) == n &&
+                   group.all_reduce_scalar(n, dist::ReduceOp::min) == n,
+               DistError, "QK-clip: ranks of one pipeline stage tracked different numbers of attention heads");
+    group.all_reduce(std::span<float>(flat), dist::ReduceOp::max);
+  }
   size_t k = 0;
   for (auto& l : layers)
     for (float& v : l.max_logits) v = flat[k++];

@@ -18,6 +18,7 @@
 #include "loom/optim/named_param.h"
 #include "loom/optim/qk_clip.h"
 #include "loom/train/checkpoint.h"
+#include "loom/train/pipeline_schedule.h"
 
 namespace loom::train {
 
@@ -28,6 +29,9 @@ dist::ExpertParallelOptions expert_parallel_options(const config::ParallelismCon
 
 // The virtual stages' layers as the configuration placed them (config::plan_pipeline).
 dist::PipelineLayout pipeline_layout(const config::PipelinePlan& plan);
+// The pipeline schedule's options as they take effect (overlap_b_f on MoE models only).
+PipelineScheduleOptions pipeline_schedule_options(const config::ParallelismConfig& parallelism,
+                                                  const config::PipelinePlan& plan);
 
 // Per-MoE-layer routing counts of every pipeline stage (each holds its own layers' counts):
 // the union over `pp`, the same on every rank.
@@ -37,8 +41,10 @@ std::map<int64_t, std::vector<int64_t>> gather_over_stages(dist::ProcessGroup& p
 // QK-clip inputs of this rank's heads (tensor parallelism splits them) in global head order.
 void gather_heads(dist::ProcessGroup& tp, std::vector<optim::QkClipLayer>& layers);
 
-// QK-clip inputs: per-head maxima over every rank.
-void max_over_ranks(dist::ProcessGroup& world, std::vector<optim::QkClipLayer>& layers);
+// QK-clip inputs (after gather_heads): per-head maxima over every rank that holds the same layers,
+// i.e. the data-parallel and context-parallel ranks of this rank's pipeline stage (dp_replicate ×
+// fsdp; its tp ranks hold the same gathered heads). Other stages hold other layers.
+void max_over_stage_replicas(dist::DeviceMesh& mesh, std::vector<optim::QkClipLayer>& layers);
 
 // Sharded checkpoint contents of this rank: what its files hold (its pieces of every tensor,
 // placed by the parameters' placements) and, on rank 0 of a multi-process run, metadata.json.

@@ -32,6 +32,13 @@ std::vector<PipelineAction> one_f_one_b(int p, int rank, int64_t m) {
   return out;
 }
 
+std::vector<PipelineAction> gpipe(int64_t m) {
+  std::vector<PipelineAction> out;
+  for (int64_t f = 0; f < m; ++f) out.push_back({Kind::forward, 0, f});
+  for (int64_t b = 0; b < m; ++b) out.push_back({Kind::backward, 0, b});
+  return out;
+}
+
 // The reference's ScheduleInterleaved1F1B._calculate_single_rank_operations, without its idle
 // slots (this executor waits on the data instead).
 std::vector<PipelineAction> interleaved(int p, int rank, int v, int64_t m) {
@@ -107,20 +114,42 @@ double seconds(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-std::vector<PipelineAction> pipeline_order(int pp, int pp_rank, int chunks, int64_t micro_batches) {
+std::vector<PipelineAction> pipeline_order(int pp, int pp_rank, int chunks, int64_t micro_batches,
+                                           PipelineScheduleKind kind) {
   LOOM_ASSERT(pp >= 1 && pp_rank >= 0 && pp_rank < pp && chunks >= 1 && micro_batches >= 1,
               "pipeline_order: pp ", pp, ", rank ", pp_rank, ", chunks ", chunks, ", micro-batches ", micro_batches);
+  if (kind == PipelineScheduleKind::gpipe) {
+    LOOM_ASSERT(chunks == 1, "pipeline_order: gpipe runs one chunk per rank, got ", chunks);
+    return gpipe(micro_batches);
+  }
   LOOM_ASSERT(config::interleaved_micro_batch_problem(pp, chunks, micro_batches).empty(),
               config::interleaved_micro_batch_problem(pp, chunks, micro_batches));
   return chunks == 1 ? one_f_one_b(pp, pp_rank, micro_batches) : interleaved(pp, pp_rank, chunks, micro_batches);
 }
 
+std::vector<std::vector<size_t>> pipeline_steps(const std::vector<PipelineAction>& order, bool overlap_b_f) {
+  std::vector<std::vector<size_t>> steps;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const bool pair = overlap_b_f && i + 1 < order.size() && order[i].kind == Kind::backward &&
+                      order[i + 1].kind == Kind::forward;
+    steps.push_back(pair ? std::vector<size_t>{i, i + 1} : std::vector<size_t>{i});
+    if (pair) ++i;
+  }
+  return steps;
+}
+
 PipelineReplay replay_pipeline(int pp, int chunks, int64_t micro_batches,
                                const std::vector<std::vector<double>>& forward_s,
-                               const std::vector<std::vector<double>>& backward_s) {
+                               const std::vector<std::vector<double>>& backward_s, PipelineScheduleKind kind,
+                               bool overlap_b_f, const PipelineReplayCosts& costs) {
+  auto per_rank = [](const std::vector<double>& v, size_t r) { return v.empty() ? 0.0 : v.at(r); };
   const int last = pp * chunks - 1;
   std::vector<std::vector<PipelineAction>> orders;
-  for (int r = 0; r < pp; ++r) orders.push_back(pipeline_order(pp, r, chunks, micro_batches));
+  std::vector<std::vector<std::vector<size_t>>> steps;
+  for (int r = 0; r < pp; ++r) {
+    orders.push_back(pipeline_order(pp, r, chunks, micro_batches, kind));
+    steps.push_back(pipeline_steps(orders.back(), overlap_b_f));
+  }
   std::map<std::tuple<int, int, int64_t>, double> end;  // (backward?, virtual stage, micro) -> end time
   std::vector<size_t> next(static_cast<size_t>(pp), 0);
   PipelineReplay out;
@@ -131,33 +160,44 @@ PipelineReplay replay_pipeline(int pp, int chunks, int64_t micro_batches,
     progress = false;
     for (int r = 0; r < pp; ++r) {
       const size_t ri = static_cast<size_t>(r);
-      if (next[ri] == orders[ri].size()) continue;
-      const PipelineAction& a = orders[ri][next[ri]];
-      const int s = a.chunk * pp + r;
-      const bool forward = a.kind == Kind::forward;
-      std::vector<std::tuple<int, int, int64_t>> needs;
-      if (forward && s > 0) needs.push_back({0, s - 1, a.micro_batch});
-      if (!forward && s < last) needs.push_back({1, s + 1, a.micro_batch});
-      double ready = out.finish_s[ri];
-      bool ok = true;
-      for (const auto& n : needs) {
-        auto it = end.find(n);
-        if (it == end.end()) ok = false;
-        else ready = std::max(ready, it->second);
+      if (next[ri] == steps[ri].size()) continue;
+      double ready = out.finish_s[ri], inputs_end = 0, d = 0;
+      bool ok = true, receives = false;
+      for (size_t i : steps[ri][next[ri]]) {
+        const PipelineAction& a = orders[ri][i];
+        const int s = a.chunk * pp + r;
+        const bool forward = a.kind == Kind::forward;
+        std::vector<std::tuple<int, int, int64_t>> needs;
+        if (forward && s > 0) needs.push_back({0, s - 1, a.micro_batch});
+        if (!forward && s < last) needs.push_back({1, s + 1, a.micro_batch});
+        for (const auto& n : needs) {
+          auto it = end.find(n);
+          if (it == end.end()) ok = false;
+          else inputs_end = std::max(inputs_end, it->second);
+          receives = true;
+        }
+        const auto c = static_cast<size_t>(a.chunk);
+        d += forward ? forward_s[ri][c] : backward_s[ri][c];
       }
       if (!ok) continue;
-      const auto c = static_cast<size_t>(a.chunk);
-      const double d = forward ? forward_s[ri][c] : backward_s[ri][c];
-      end[{forward ? 0 : 1, s, a.micro_batch}] = ready + d;
-      out.finish_s[ri] = ready + d;
+      if (receives)
+        ready = costs.receives_posted_early ? std::max(ready, inputs_end + costs.transfer_s)
+                                            : std::max(ready, inputs_end) + costs.transfer_s;
+      const double overhead = per_rank(costs.action_overhead_s, ri) * static_cast<double>(steps[ri][next[ri]].size());
+      for (size_t i : steps[ri][next[ri]]) {
+        const PipelineAction& a = orders[ri][i];
+        end[{a.kind == Kind::forward ? 0 : 1, a.chunk * pp + r, a.micro_batch}] = ready + overhead + d;
+      }
+      out.finish_s[ri] = ready + overhead + d;
       busy[ri] += d;
       ++next[ri];
       progress = true;
     }
   }
   for (int r = 0; r < pp; ++r) {
-    LOOM_ASSERT(next[static_cast<size_t>(r)] == orders[static_cast<size_t>(r)].size(), "replay_pipeline: rank ", r,
+    LOOM_ASSERT(next[static_cast<size_t>(r)] == steps[static_cast<size_t>(r)].size(), "replay_pipeline: rank ", r,
                 " cannot finish its actions");
+    out.finish_s[static_cast<size_t>(r)] += per_rank(costs.tail_s, static_cast<size_t>(r));
     out.idle_s[static_cast<size_t>(r)] = out.finish_s[static_cast<size_t>(r)] - busy[static_cast<size_t>(r)];
   }
   return out;
@@ -175,7 +215,25 @@ PipelineSchedule::PipelineSchedule(TrainModel& model, dist::ParallelModel& paral
                                    PipelineScheduleOptions options)
     : model_(model), parallel_(parallel), stage_(split_model(parallel)), micro_batches_(micro_batches),
       options_(options), channels_(std::make_unique<Channels>()) {
-  order_ = pipeline_order(stage_.pp_size(), stage_.pp_rank(), stage_.num_chunks(), micro_batches);
+  order_ = pipeline_order(stage_.pp_size(), stage_.pp_rank(), stage_.num_chunks(), micro_batches, options_.kind);
+  steps_ = pipeline_steps(order_, options_.overlap_b_f);
+  // With overlap_b_f a chunk runs one layer at a time: the embedding goes with its first layer,
+  // the head with its last.
+  for (const dist::PipelineChunk& c : stage_.chunks()) {
+    std::vector<dist::PipelineChunk> pieces;
+    if (!options_.overlap_b_f || c.last_layer <= c.first_layer) {
+      pieces.push_back(c);
+    } else {
+      for (int64_t l = c.first_layer; l <= c.last_layer; ++l) {
+        dist::PipelineChunk piece = c;
+        piece.first_layer = piece.last_layer = l;
+        piece.first = c.first && l == c.first_layer;
+        piece.last = c.last && l == c.last_layer;
+        pieces.push_back(piece);
+      }
+    }
+    pieces_.push_back(std::move(pieces));
+  }
 }
 
 PipelineSchedule::~PipelineSchedule() {
@@ -213,9 +271,11 @@ StepResult PipelineSchedule::run_step(const BatchSource& next_batch) {
     return batches[static_cast<size_t>(micro)];
   };
 
+  // One micro-batch of one chunk, cut into pieces_ (one piece without overlap_b_f): each piece's
+  // input (a leaf whose grad goes back; undefined for the embedding's) and output (the loss on
+  // the last virtual stage's last piece).
   struct InFlight {
-    Tensor input;   // the received activation (a leaf whose grad goes back)
-    Tensor output;  // this chunk's output, or its loss on the last virtual stage
+    std::vector<Tensor> inputs, outputs;
   };
   std::map<std::pair<int, int64_t>, InFlight> live;
   struct Receive {
@@ -239,7 +299,8 @@ StepResult PipelineSchedule::run_step(const BatchSource& next_batch) {
     ch.sends.push_back(pp.isend(c, peer, tag));
   };
   // Posts the receive action i needs (if any). The first activation of a channel brings its
-  // shape: that header is read blocking, only when the action is about to run (allow_block).
+  // shape: that header is read blocking, only when the action is about to run (allow_block);
+  // a backward's grad buffer needs its forward's output, so it is not posted before that ran.
   auto post_receive = [&](size_t i, bool allow_block) {
     if (i >= order_.size() || receives.contains(i)) return;
     const PipelineAction& a = order_[i];
@@ -259,75 +320,128 @@ StepResult PipelineSchedule::run_step(const BatchSource& next_batch) {
       Tensor buffer = Tensor::empty(shape, dtype);
       receives[i] = {buffer, pp.irecv(buffer, peer, tag)};
     } else if (a.kind == Kind::backward && !c.last) {
-      const Tensor& out = live.at({a.chunk, a.micro_batch}).output;
+      auto it = live.find({a.chunk, a.micro_batch});
+      if (it == live.end()) {
+        LOOM_ASSERT(!allow_block, "pipeline backward of micro-batch ", a.micro_batch, " before its forward");
+        return;
+      }
+      const Tensor& out = it->second.outputs.back();
       Tensor buffer = Tensor::empty(out.shape(), out.dtype());
       receives[i] = {buffer, pp.irecv(buffer, stage_.rank_of_stage(c.virtual_stage + 1), grad_tag(c.virtual_stage))};
     }
+  };
+
+  // An action in progress: runs its chunk's pieces one call at a time (forward: first to last;
+  // backward: last to first), so a step of two actions can alternate their layers.
+  struct Run {
+    size_t index = 0;
+    InFlight f;
+    Tensor received;
+    size_t next = 0;         // pieces done
+    std::map<std::string, double> extras;  // the forward's, summed over its pieces
+  };
+  auto piece_of = [&](const PipelineAction& a, size_t k) -> const dist::PipelineChunk& {
+    return pieces_[static_cast<size_t>(a.chunk)][k];
+  };
+  // Runs the next piece of `run`; returns whether pieces are left.
+  auto advance = [&](Run& run) {
+    const PipelineAction& a = order_[run.index];
+    const dist::PipelineChunk& c = stage_.chunks()[static_cast<size_t>(a.chunk)];
+    const size_t n = pieces_[static_cast<size_t>(a.chunk)].size();
+    if (a.kind == Kind::forward) {
+      LOOM_TRACE("step", "forward");
+      const size_t k = run.next;
+      const dist::PipelineChunk& piece = piece_of(a, k);
+      Tensor input;
+      if (k > 0) input = run.f.outputs[k - 1].detach();
+      else if (!c.first) input = run.received;
+      if (input.defined()) input.set_requires_grad(true);
+      // The last stage's backward follows at once under 1F1B (not GPipe): the head forms its grads now.
+      const bool backward_follows = piece.last && v == 1 && options_.kind != PipelineScheduleKind::gpipe;
+      ForwardResult r = model_.forward_chunk(batch(a.micro_batch), piece, input, {backward_follows});
+      for (const auto& [k2, x] : r.extras) run.extras[k2] += x;
+      run.f.inputs.push_back(input);
+      run.f.outputs.push_back(piece.last ? r.loss : r.hidden);
+      if (++run.next < n) return true;
+      for (const auto& [k2, x] : run.extras) result.extras[k2] += x / static_cast<double>(A);
+      if (c.last) result.loss += r.loss.item() / static_cast<double>(A);
+      else send(r.hidden, c.virtual_stage + 1, activation_tag(c.virtual_stage + 1));
+      live[{a.chunk, a.micro_batch}] = std::move(run.f);
+      return false;
+    }
+    LOOM_TRACE("step", "backward");
+    if (run.next == 0) {
+      auto it = live.find({a.chunk, a.micro_batch});
+      LOOM_ASSERT(it != live.end(), "pipeline backward of micro-batch ", a.micro_batch, " before its forward");
+      run.f = std::move(it->second);
+      live.erase(it);
+    }
+    const size_t k = n - 1 - run.next;
+    // FSDP reduces a chunk's grads once, in the backward of its last micro-batch.
+    parallel_.set_requires_gradient_sync(a.micro_batch == A - 1);
+    const Tensor& out = run.f.outputs[k];
+    if (k + 1 < n) {
+      LOOM_ASSERT(run.f.inputs[k + 1].grad().defined(), "pipeline stage ", c.virtual_stage, ": layer ",
+                  piece_of(a, k + 1).first_layer, " got no input grad");
+      autograd::backward(out, run.f.inputs[k + 1].grad());
+      run.f.inputs[k + 1] = Tensor();
+    } else if (c.last) {
+      // backward(loss / A) seeded with `sense`, as the plain schedule.
+      Tensor scaled = A > 1 ? ops::scale(out, 1.0 / static_cast<double>(A)) : out;
+      if (sense == 1.0) autograd::backward(scaled);
+      else autograd::backward(scaled, Tensor::full(scaled.shape(), sense, scaled.dtype()));
+    } else {
+      autograd::backward(out, run.received);
+    }
+    run.f.outputs[k] = Tensor();
+    if (++run.next < n) return true;
+    if (!c.first) {
+      LOOM_ASSERT(run.f.inputs[0].grad().defined(), "pipeline stage ", c.virtual_stage, ": its input got no grad");
+      send(run.f.inputs[0].grad(), c.virtual_stage - 1, grad_tag(c.virtual_stage - 1));
+    }
+    return false;
   };
 
   times_.compute_s.assign(order_.size(), 0.0);
   times_.wait_s.assign(order_.size(), 0.0);
   times_.live_bytes.assign(order_.size(), 0);
   times_.start_bytes = memory_stats().current_bytes;
-  for (size_t i = 0; i < order_.size(); ++i) {
-    const PipelineAction& a = order_[i];
-    const dist::PipelineChunk& c = stage_.chunks()[static_cast<size_t>(a.chunk)];
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const std::vector<size_t>& step = steps_[s];
     const auto wait_start = std::chrono::steady_clock::now();
-    post_receive(i, true);
-    // Overlap: the next action's receive is in flight while this one computes.
-    if (options_.overlap_p2p) post_receive(i + 1, false);
+    for (size_t i : step) post_receive(i, true);
+    // Overlap: the next step's receives are in flight while this one computes.
+    if (options_.overlap_p2p && s + 1 < steps_.size())
+      for (size_t i : steps_[s + 1]) post_receive(i, false);
     // Sends that completed need no handle (their tensors are released as they complete).
     std::erase_if(ch.sends, [](const dist::WorkHandle& w) { return w->is_completed(); });
-    Tensor received;
-    if (auto it = receives.find(i); it != receives.end()) {
-      LOOM_TRACE("step", "pipeline receive");
-      it->second.work->wait();
-      received = it->second.buffer;
-      receives.erase(it);
+    std::vector<Run> runs(step.size());
+    for (size_t j = 0; j < step.size(); ++j) {
+      runs[j].index = step[j];
+      if (auto it = receives.find(step[j]); it != receives.end()) {
+        LOOM_TRACE("step", "pipeline receive");
+        it->second.work->wait();
+        runs[j].received = it->second.buffer;
+        receives.erase(it);
+      }
     }
-    times_.wait_s[i] = seconds(wait_start);
+    times_.wait_s[step.front()] = seconds(wait_start);
 
-    const auto compute_start = std::chrono::steady_clock::now();
-    if (a.kind == Kind::forward) {
-      LOOM_TRACE("step", "forward");
-      InFlight f;
-      if (!c.first) {
-        f.input = received;
-        f.input.set_requires_grad(true);
-      }
-      // The last stage's backward follows at once under 1F1B: the head forms its grads now.
-      ForwardResult r = model_.forward_chunk(batch(a.micro_batch), c, f.input, {c.last && v == 1});
-      for (const auto& [k, x] : r.extras) result.extras[k] += x / static_cast<double>(A);
-      if (c.last) {
-        f.output = r.loss;
-        result.loss += r.loss.item() / static_cast<double>(A);
-      } else {
-        f.output = r.hidden;
-        send(r.hidden, c.virtual_stage + 1, activation_tag(c.virtual_stage + 1));
-      }
-      live[{a.chunk, a.micro_batch}] = std::move(f);
-    } else {
-      LOOM_TRACE("step", "backward");
-      auto it = live.find({a.chunk, a.micro_batch});
-      LOOM_ASSERT(it != live.end(), "pipeline backward of micro-batch ", a.micro_batch, " before its forward");
-      InFlight f = std::move(it->second);
-      live.erase(it);
-      if (c.last) {
-        // backward(loss / A) seeded with `sense`, as the plain schedule.
-        Tensor scaled = A > 1 ? ops::scale(f.output, 1.0 / static_cast<double>(A)) : f.output;
-        if (sense == 1.0) autograd::backward(scaled);
-        else autograd::backward(scaled, Tensor::full(scaled.shape(), sense, scaled.dtype()));
-      } else {
-        autograd::backward(f.output, received);
-      }
-      if (!c.first) {
-        LOOM_ASSERT(f.input.grad().defined(), "pipeline stage ", c.virtual_stage, ": its input got no grad");
-        send(f.input.grad(), c.virtual_stage - 1, grad_tag(c.virtual_stage - 1));
+    // The step's actions alternate piece by piece (one action: its pieces in a row).
+    std::vector<bool> pending(runs.size(), true);
+    for (bool any = true; any;) {
+      any = false;
+      for (size_t j = 0; j < runs.size(); ++j) {
+        if (!pending[j]) continue;
+        const auto compute_start = std::chrono::steady_clock::now();
+        pending[j] = advance(runs[j]);
+        times_.compute_s[runs[j].index] += seconds(compute_start);
+        any = any || pending[j];
       }
     }
-    times_.compute_s[i] = seconds(compute_start);
-    times_.live_bytes[i] = memory_stats().current_bytes;
+    for (size_t i : step) times_.live_bytes[i] = memory_stats().current_bytes;
   }
+  const auto tail_start = std::chrono::steady_clock::now();
   {
     LOOM_TRACE("step", "pipeline send wait");
     for (auto& w : ch.sends) w->wait();
@@ -335,7 +449,9 @@ StepResult PipelineSchedule::run_step(const BatchSource& next_batch) {
     ch.headers.clear();
   }
   LOOM_ASSERT(live.empty() && receives.empty(), "the pipeline schedule left micro-batches in flight");
+  parallel_.set_requires_gradient_sync(true);
   parallel_.finish_backward();
+  times_.tail_s = seconds(tail_start);
   times_.step_s = seconds(step_start);
 
   // The loss comes from the last stage; every rank logs the mean over the data-parallel ranks.

@@ -165,9 +165,8 @@ void Trainer::build_model() {
   // Injected losses (MoE balance, MTP) get the backward factor of the main loss.
   model_->set_backward_scale(micro_batch_backward_scale(*parallel_, state_.num_accumulation_steps));
   if (parallel_->pipeline())
-    schedule_ = std::make_unique<PipelineSchedule>(
-        *model_, *parallel_, state_.num_accumulation_steps,
-        PipelineScheduleOptions{config_.parallelism.pipeline_parallel_overlap_p2p});
+    schedule_ = std::make_unique<PipelineSchedule>(*model_, *parallel_, state_.num_accumulation_steps,
+                                                   pipeline_schedule_options(config_.parallelism, *resolved_.layout.pipeline));
   else
     schedule_ = std::make_unique<PlainSchedule>(*model_, *parallel_, state_.num_accumulation_steps);
 }
@@ -355,7 +354,7 @@ int64_t Trainer::train_step(StepMetrics& m) {
     if (optimizer_->uses_qk_clip()) {
       auto qk = model_->take_qk_clip_inputs();
       gather_heads(mesh_->group("tp"), qk);
-      max_over_ranks(mesh_->world(), qk);
+      max_over_stage_replicas(*mesh_, qk);
       optimizer_->set_qk_clip_inputs(std::move(qk));
     }
     LOOM_TRACE("step", "optimizer");

@@ -4,7 +4,8 @@
 // loss (logged by every rank) and, on every parameter a rank holds, the one-process grad (the
 // tied or MTP-shared embedding summed over the first and last stage), and the grad norm summed
 // over the stages. Run at 2, 3 and 4 ranks: pp 2/3/4, uneven layer lists, v 2 and 3, pp × fsdp,
-// pp × tp, tied embeddings, DeepSeek-V3 with MTP.
+// pp × tp, tied embeddings, DeepSeek-V3 with MTP, GPipe, backward/forward overlap (alone, with
+// overlap_p2p and v 2, at pp 2 × ep 2), and FSDP's one reduction per step.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -34,9 +35,10 @@ Json llama(int64_t layers, bool tied) {
               {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", tied}, {"compute_dtype", "float32"}};
 }
 
-Json deepseek_v3() {
+Json deepseek_v3(int64_t layers = 2) {
   Json j = testing::dist_tiny_deepseek_v3();
   j["moe_router_enable_expert_bias"] = true;
+  j["num_hidden_layers"] = layers;
   return j;
 }
 
@@ -55,6 +57,9 @@ struct Layout {
   std::vector<std::pair<int64_t, int64_t>> stage_layers;  // by virtual stage
   int64_t micro;                                          // micro-batches per data-parallel rank
   bool overlap_p2p = false;
+  bool overlap_b_f = false;
+  int ep = 1;
+  train::PipelineScheduleKind kind = train::PipelineScheduleKind::one_f_one_b;
 };
 
 // One step of the pipeline schedule against one process running all data-parallel ranks'
@@ -65,6 +70,7 @@ void check_step(const Layout& l) {
   ParallelDegrees degrees;
   degrees.pipeline_parallel = l.pp;
   degrees.tensor_parallel = l.tp;
+  degrees.expert_parallel = l.ep;
   auto mesh = std::make_shared<DeviceMesh>(world, ParallelDims::infer(world->size(), degrees));
   const int dp = mesh->dims().data_parallel(), d = mesh->dims().dataset_shard_id(mesh->rank());
   const int64_t vocab = l.section.at("vocab_size").get<int64_t>();
@@ -110,11 +116,15 @@ void check_step(const Layout& l) {
   EXPECT_LT(held, plain.model->num_parameters());
 
   split_model.set_backward_scale(train::micro_batch_backward_scale(*parallel, l.micro));
-  train::PipelineSchedule schedule(split_model, *parallel, l.micro, {l.overlap_p2p});
+  train::PipelineSchedule schedule(split_model, *parallel, l.micro,
+                                   {l.overlap_p2p, l.kind, l.overlap_b_f});
   int64_t j = 0;
+  FullyShardedModel* fsdp = mesh->size("fsdp") > 1 ? parallel->fsdp() : nullptr;
+  if (fsdp) fsdp->reset_comm_stats();
   // Data-parallel rank d takes global micro-batch j·dp + d at micro step j, every stage the same.
   const train::StepResult got =
       schedule.run_step([&] { return batch_of(testing::micro_batch(vocab, kBatch, kSeq, (j++) * dp + d)); });
+  const int64_t reduce_bytes = fsdp ? fsdp->grad_reduce_bytes() : 0;
   EXPECT_EQ(got.micro_batches, l.micro);
   EXPECT_NEAR(got.loss, want.loss, 1e-6 * std::fabs(want.loss));
   EXPECT_EQ(world->all_reduce_scalar(got.loss, ReduceOp::max), world->all_reduce_scalar(got.loss, ReduceOp::min))
@@ -144,8 +154,20 @@ void check_step(const Layout& l) {
     split_model.add_tokens_per_expert(train::gather_over_stages(mesh->group("pp"), split_model.tokens_per_expert()));
     EXPECT_EQ(split_model.tokens_per_expert(), plain_model.tokens_per_expert());
     if (l.section.at("model_type") == "deepseek_v3") {
-      EXPECT_EQ(plain_model.tokens_per_expert().size(), 2u);
+      // Every layer but the first (dense) is MoE, and so is the MTP layer.
+      EXPECT_EQ(plain_model.tokens_per_expert().size(), l.section.at("num_hidden_layers").get<size_t>());
     }
+  }
+
+  // FSDP inside a stage reduces each unit once per step, at its chunk's last micro-batch: a step
+  // of m micro-batches sends the reduction bytes of a step of one.
+  if (fsdp) {
+    train::PipelineSchedule one_micro_batch(split_model, *parallel, 1, {l.overlap_p2p});
+    fsdp->reset_comm_stats();
+    int64_t k = 0;
+    one_micro_batch.run_step([&] { return batch_of(testing::micro_batch(vocab, kBatch, kSeq, (k++) * dp + d)); });
+    EXPECT_GT(reduce_bytes, 0);
+    EXPECT_EQ(reduce_bytes, fsdp->grad_reduce_bytes()) << l.micro << " micro-batches against one";
   }
 }
 
@@ -161,6 +183,12 @@ TEST(PipelineMpi, TwoStagesMatchOneProcess) {
   check_step({"pp2 v2 three micro-batches", llama(4, false), 2, 1, {{0, 0}, {1, 1}, {2, 2}, {3, 3}}, 3});
   check_step({"pp2 overlap_p2p", llama(4, false), 2, 1, {{0, 1}, {2, 3}}, 4, true});
   check_step({"pp2 v2 overlap_p2p", llama(4, false), 2, 1, {{0, 0}, {1, 1}, {2, 2}, {3, 3}}, 4, true});
+  check_step({"pp2 gpipe", llama(4, true), 2, 1, {{0, 1}, {2, 3}}, 4, false, false, 1,
+              train::PipelineScheduleKind::gpipe});
+  // Backward/forward overlap: two layers per chunk, so each chunk runs layer by layer.
+  check_step({"pp2 deepseek-v3 overlap_b_f", deepseek_v3(4), 2, 1, {{0, 1}, {2, 3}}, 4, false, true});
+  check_step({"pp2 v2 deepseek-v3 overlap_b_f overlap_p2p", deepseek_v3(8), 2, 1,
+              {{0, 1}, {2, 3}, {4, 5}, {6, 7}}, 4, true, true});
 }
 
 TEST(PipelineMpi, ThreeStagesMatchOneProcess) {
@@ -173,8 +201,10 @@ TEST(PipelineMpi, FourRanksMatchOneProcess) {
   if (Runtime::get()->world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
   check_step({"pp4 1f1b", llama(4, false), 4, 1, {{0, 0}, {1, 1}, {2, 2}, {3, 3}}, 6});
   check_step({"pp2 x fsdp2", llama(4, true), 2, 1, {{0, 1}, {2, 3}}, 2});
+  check_step({"pp2 v2 x fsdp2", llama(4, false), 2, 1, {{0, 0}, {1, 1}, {2, 2}, {3, 3}}, 4});
   check_step({"pp2 x tp2", llama(2, true), 2, 2, {{0, 0}, {1, 1}}, 4});
   check_step({"pp2 x tp2 deepseek-v3", deepseek_v3(), 2, 2, {{0, 0}, {1, 1}}, 2});
+  check_step({"pp2 x ep2 deepseek-v3 overlap_b_f", deepseek_v3(4), 2, 1, {{0, 1}, {2, 3}}, 4, false, true, 2});
 }
 
 }  // namespace
