@@ -17,7 +17,7 @@ layout; runs go through mpirun exactly as users start them.
            EOD-packed data (reset_position_ids/reset_attention_mask, compressed EOD mask, the
            load-balanced split per document), DeepSeek-V3 with MTP at cp 2 (ring, Ulysses): step 1 within 1e-6 relative, 20-step curves within 1e-5; a cp 2
            checkpoint resumed at cp 1 and cp 4.
-  pipeline pp 2/3/4 (1F1B), an uneven layer list, interleaved v 2, overlap_p2p, pp x fsdp, pp x tp,
+  pipeline pp 2/3/4 (1F1B), an uneven layer list, interleaved v 2, overlap_p2p, pp x fsdp, pp x tp, pp x cp,
            tied embeddings, DeepSeek-V3 with MTP at pp 2: step-1 loss within 1e-6 relative, 20-step
            curves within 1e-5; checkpoints saved by pp 2 resume under one process, pp 4 and v 2.
   launch   `loom launch -n 2 -- train ...` trains like mpirun; layout errors end every rank quickly
@@ -591,6 +591,20 @@ def pipeline(args, work):
     for name, world, extra in layouts:
         got, _ = run(args, work, name, world, parallel_extra=extra, model=LLAMA_PP)
         check(name, got, ref, "pp_one_process")
+    # Context parallelism inside each stage: the stage's chunks run the decoder through its CP
+    # wrapper (local positions), the first stage splits the inputs, the last the labels; ring at
+    # v 1, Ulysses at v 2, and DeepSeek-V3 with MTP (on the last stage) over the ring.
+    cp_model = LLAMA_PP + "  use_attn_mask_compression: True\n"
+    cp_ref, _ = run(args, work, "pp_cp_one_process", 1, model=cp_model)
+    for name, extra in (("pp2_cp2", pp(2, "\n  context_parallel: 2")),
+                        ("pp2_v2_cp2_ulysses", pp(2, "\n  pipeline_parallel_interleave_num: 2\n  context_parallel: 2"
+                                                    "\n  context_parallel_method: ulysses"))):
+        got, _ = run(args, work, name, 4, parallel_extra=extra, model=cp_model)
+        check(name, got, cp_ref, "pp_cp_one_process")
+    mtp_cp = DEEPSEEK + "  use_attn_mask_compression: True\n"
+    mtp_cp_ref, _ = run(args, work, "deepseek_v3_mtp_cp_one_process", 1, model=mtp_cp)
+    got, _ = run(args, work, "deepseek_v3_mtp_pp2_cp2", 4, parallel_extra=pp(2, "\n  context_parallel: 2"), model=mtp_cp)
+    check("deepseek_v3_mtp_pp2_cp2", got, mtp_cp_ref, "deepseek_v3_mtp_cp_one_process")
     # GPipe (a Loom extension): the same micro-batch order as 1F1B, so the same grads.
     got, _ = run(args, work, "pp2_gpipe", 2, parallel_extra=pp(2, "\n  pipeline_parallel_schedule: gpipe"),
                  model=LLAMA_PP)

@@ -1,5 +1,7 @@
 #include "loom/nn/causal_lm.h"
 
+#include <limits>
+
 #include "loom/nn/aux_loss.h"
 #include "loom/ops/elementwise.h"
 #include "loom/ops/linear.h"
@@ -46,9 +48,16 @@ void TransformerBlock::keep_parts(const std::function<bool(int64_t layer)>& keep
 }
 
 Tensor TransformerBlock::forward(const Tensor& x, const Tensor& position_ids, const Tensor& doc_ends) {
-  return invoke({x, position_ids, doc_ends}, [this](const std::vector<Tensor>& in) {
+  return forward_layers(x, position_ids, doc_ends, 0, std::numeric_limits<int64_t>::max());
+}
+
+Tensor TransformerBlock::forward_layers(const Tensor& x, const Tensor& position_ids, const Tensor& doc_ends,
+                                        int64_t first_layer, int64_t last_layer) {
+  return invoke({x, position_ids, doc_ends}, [this, first_layer, last_layer](const std::vector<Tensor>& in) {
     Tensor h = in[0];
-    for (TransformerLayer* layer : layers()) h = layer->forward(h, in[1], in[2]);
+    for (TransformerLayer* layer : layers())
+      if (layer->layer_number() >= first_layer && layer->layer_number() <= last_layer)
+        h = layer->forward(h, in[1], in[2]);
     return std::vector<Tensor>{h};
   })[0];
 }

@@ -40,6 +40,11 @@ class TransformerBlock : public Module {
   TransformerBlock(const TransformerConfig& config, std::shared_ptr<RotaryEmbedding> rotary);
   // Runs the layers; returns the hidden states before final_layernorm.
   Tensor forward(const Tensor& x, const Tensor& position_ids, const Tensor& doc_ends);
+  // Runs the layers with global indices in [first_layer, last_layer] only: a pipeline chunk. It
+  // goes through this module's wrappers as forward() does, so a strategy that wraps the block
+  // (context parallelism's local positions) sees every chunk.
+  Tensor forward_layers(const Tensor& x, const Tensor& position_ids, const Tensor& doc_ends, int64_t first_layer,
+                        int64_t last_layer);
   std::vector<TransformerLayer*> layers();
   Norm& final_layernorm() { return *final_layernorm_; }
   bool has_final_layernorm() const { return final_layernorm_ != nullptr; }

@@ -74,12 +74,11 @@ ForwardResult CausalLMModel::forward_chunk(const data::Batch& batch, const dist:
     aux += m->last_aux_loss().item();
     has_aux = true;
   };
+  h = model_->decoder().forward_layers(h, lm.position_ids, lm.doc_ends, chunk.first_layer, chunk.last_layer);
   std::vector<nn::MoELayer*> ran;
-  for (nn::TransformerLayer* layer : model_->decoder().layers()) {
-    if (layer->layer_number() < chunk.first_layer || layer->layer_number() > chunk.last_layer) continue;
-    h = layer->forward(h, lm.position_ids, lm.doc_ends);
-    ran.push_back(layer->moe());
-  }
+  for (nn::TransformerLayer* layer : model_->decoder().layers())
+    if (layer->layer_number() >= chunk.first_layer && layer->layer_number() <= chunk.last_layer)
+      ran.push_back(layer->moe());
   ForwardResult r;
   if (chunk.last) {
     const nn::LMOutput out = model_->head(h, lm, options);
