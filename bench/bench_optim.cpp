@@ -16,6 +16,7 @@
 #include "loom/kernels/cpu/optimizer.h"
 #include "loom/optim/muon.h"
 #include "cpu_path.h"
+#include "loom/train/hardware.h"
 
 using namespace loom;
 using namespace loom::optim;
@@ -101,6 +102,45 @@ void BM_StreamRead4Write3(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kElems * 7 * int64_t{sizeof(float)});
 }
 
+// The non-finite guard's cost on size A (configs/bench/size_a.yaml: 7,342,336 parameters in
+// fp32): the decision pass (adamw_update_is_finite, reads p, g, m, v) against the write pass it
+// precedes, and the per-step check it replaced (a sum of squares over the updated parameters).
+constexpr int64_t kSizeA = 7342336;
+
+struct SizeA {
+  std::vector<float> p = std::vector<float>(kSizeA, 0.5f), g = std::vector<float>(kSizeA, 1e-3f),
+                     m = std::vector<float>(kSizeA, 1e-4f), v = std::vector<float>(kSizeA, 1e-6f);
+  Tensor tp = Tensor::from_blob(p.data(), {kSizeA}, DType::f32);
+  Tensor tg = Tensor::from_blob(g.data(), {kSizeA}, DType::f32);
+  Tensor tm = Tensor::from_blob(m.data(), {kSizeA}, DType::f32);
+  Tensor tv = Tensor::from_blob(v.data(), {kSizeA}, DType::f32);
+};
+
+SizeA& size_a() {
+  static SizeA a;
+  return a;
+}
+
+void BM_SizeA_AdamWWritePass(benchmark::State& state) {
+  SizeA& a = size_a();
+  const kernels::AdamWScalars s = adamw_scalars(3e-4, 0.1, 0.9, 0.95, 1e-8, 10);
+  for (auto _ : state) {
+    kernels::cpu::adamw_update(a.tp, a.tg, a.tm, a.tv, nullptr, s);
+    benchmark::ClobberMemory();
+  }
+}
+
+void BM_SizeA_AdamWDecisionPass(benchmark::State& state) {
+  SizeA& a = size_a();
+  const kernels::AdamWScalars s = adamw_scalars(3e-4, 0.1, 0.9, 0.95, 1e-8, 10);
+  for (auto _ : state) benchmark::DoNotOptimize(kernels::cpu::adamw_update_is_finite(a.tp, a.tg, a.tm, a.tv, DType::f32, s));
+}
+
+void BM_SizeA_ReplacedSumOfSquaresCheck(benchmark::State& state) {
+  SizeA& a = size_a();
+  for (auto _ : state) benchmark::DoNotOptimize(kernels::cpu::sum_squares(a.tp));
+}
+
 void BM_MuonStep(benchmark::State& state) {
   const int64_t n = state.range(0);
   Tensor w = Tensor::full({n, n}, 0.01);
@@ -121,6 +161,9 @@ BENCHMARK(BM_StreamTriad)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime
 BENCHMARK(BM_StreamRead4Write3)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_AdamWFusedF32)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_AdamWFusedBf16Param)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_SizeA_AdamWWritePass)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_SizeA_AdamWDecisionPass)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_SizeA_ReplacedSumOfSquaresCheck)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_MuonStep)->Arg(1024)->Arg(4096)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // Prints the ratio lines after the usual table.
@@ -133,9 +176,10 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       if (it != r.counters.end()) gbps[r.benchmark_name()] = it->second.value / 1e9;
       if (r.benchmark_name().rfind("BM_MuonStep", 0) == 0)
         muon_ms[r.benchmark_name()] = r.GetAdjustedRealTime();
+      if (r.benchmark_name().rfind("BM_SizeA_", 0) == 0) size_a_ms[r.benchmark_name()] = r.GetAdjustedRealTime();
     }
   }
-  std::map<std::string, double> gbps, muon_ms;
+  std::map<std::string, double> gbps, muon_ms, size_a_ms;
 };
 
 double find(const std::map<std::string, double>& m, const std::string& prefix) {
@@ -157,7 +201,7 @@ int main(int argc, char** argv) {
   const double same = find(reporter.gbps, "BM_StreamRead4Write3");
   const double adam = find(reporter.gbps, "BM_AdamWFusedF32");
   const double adam16 = find(reporter.gbps, "BM_AdamWFusedBf16Param");
-  std::printf("\nthreads: %d\n", num_threads());
+  std::printf("\ncpu: %s, fp32 path, threads: %d\n", train::cpu_model_name().c_str(), num_threads());
   if (triad > 0 && adam > 0)
     std::printf("fused AdamW (fp32): %.2f GB/s = %.0f%% of stream triad (%.2f GB/s)\n", adam,
                 100.0 * adam / triad, triad);
@@ -167,6 +211,13 @@ int main(int argc, char** argv) {
   if (triad > 0 && adam16 > 0)
     std::printf("fused AdamW (bf16 param + fp32 master): %.2f GB/s = %.0f%% of stream triad\n",
                 adam16, 100.0 * adam16 / triad);
+  const double write = find(reporter.size_a_ms, "BM_SizeA_AdamWWritePass");
+  const double decide = find(reporter.size_a_ms, "BM_SizeA_AdamWDecisionPass");
+  const double squares = find(reporter.size_a_ms, "BM_SizeA_ReplacedSumOfSquaresCheck");
+  if (write > 0 && decide > 0)
+    std::printf("non-finite guard, AdamW on size A (%lld fp32 params): write pass %.2f ms, decision pass %.2f ms "
+                "(+%.0f%% of the update); the post-update sum-of-squares check it replaces %.2f ms: net %+.2f ms per step\n",
+                static_cast<long long>(kSizeA), write, decide, 100.0 * decide / write, squares, decide - squares);
   for (const auto& [name, ms] : reporter.muon_ms)
     std::printf("%s: one Muon step %.1f ms\n", name.c_str(), ms);
   return 0;

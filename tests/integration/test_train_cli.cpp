@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../train/trainer_fixture.h"
+#include "loom/models/safetensors.h"
 
 namespace fs = std::filesystem;
 namespace lt = loom::testing;
@@ -233,6 +235,18 @@ TEST(TrainCli, OnlyRegularFilesAreOpened) {
 
 namespace {
 
+// Whether every floating tensor of a safetensors file holds only finite values.
+bool all_f32_finite(const std::string& path) {
+  const auto f = loom::models::SafetensorsFile::open(path);
+  for (const auto& e : f.entries()) {
+    const loom::Tensor t = f.tensor(e.name, true);
+    if (!loom::is_floating(t.dtype())) continue;
+    for (float x : t.to_float_vector())
+      if (!std::isfinite(x)) return false;
+  }
+  return true;
+}
+
 // Overwrites the first value of the first F32 tensor of a safetensors file with a NaN.
 void poison_first_tensor(const std::string& path) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -254,21 +268,27 @@ void poison_first_tensor(const std::string& path) {
 
 }  // namespace
 
-// Non-finite state is never trained on, saved or resumed: an update that makes a parameter
-// non-finite stops the run before a save; a checkpoint holding NaN is refused on resume; a run
-// whose every update was skipped exits 1 with a summary; a resume at training.steps writes nothing.
+// Non-finite state is never trained on, saved or resumed: an update that would make a parameter
+// non-finite is skipped (nothing written, so what is saved stays finite); a checkpoint holding
+// NaN is refused on resume; a run whose every update was skipped exits 1 with a summary; a
+// resume at training.steps writes nothing.
 TEST(TrainCli, NonFiniteStateIsNeverSavedOrResumed) {
   lt::TempDir dir;
   auto data = lt::write_pattern_dataset(dir);
   lt::write_file(dir.file("train.yaml"), lt::tiny_config_yaml(data, 2, 2, 2));
-  // 1e39 is a finite double but not a finite fp32: the update writes inf.
+  // 1e39 is a finite double but not a finite fp32: every update would write inf, so every one is
+  // skipped, the run says so and exits 1, and the checkpoint it saved holds only finite values.
   EXPECT_EQ(run({"train", "--config", dir.file("train.yaml"), "--output", dir.file("big"), "--set",
                  "lr_scheduler.learning_rate=1.e+39"},
                 dir.file("a")),
             1);
-  EXPECT_NE(slurp(dir.file("a")).find("the update of step 1 made '"), std::string::npos) << slurp(dir.file("a"));
-  EXPECT_NE(slurp(dir.file("a")).find("holds inf or nan"), std::string::npos);
-  EXPECT_FALSE(fs::exists(dir.file("big") + "/checkpoints/latest_checkpointed_iteration.txt"));
+  EXPECT_NE(slurp(dir.file("a")).find("step 1: the update would make '"), std::string::npos) << slurp(dir.file("a"));
+  EXPECT_NE(slurp(dir.file("a")).find("inf or nan; the update is skipped (1 in a row)"), std::string::npos);
+  EXPECT_NE(slurp(dir.file("a")).find("all 2 updates of this run were skipped"), std::string::npos);
+  const std::string big_model =
+      dir.file("big") + "/checkpoints/iteration_00000002/checkpoint-model-0000000-0000001.safetensors";
+  ASSERT_TRUE(fs::exists(big_model));
+  EXPECT_TRUE(all_f32_finite(big_model));
 
   // Every update skipped (a norm threshold no norm is under): exit 1 and say so.
   EXPECT_EQ(run({"train", "--config", dir.file("train.yaml"), "--output", dir.file("skip"), "--set",

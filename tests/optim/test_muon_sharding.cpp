@@ -44,6 +44,9 @@ class RowSliceSharding : public MuonSharding {
     ASSERT_EQ(updates.size(), 1u);
     Tensor full = Tensor::empty(global_);
     kernels::for_tensor(full, "test").muon_momentum(momentum_, whole_grad, 0.95f, true, full);
+    // The kernel only reads the momentum; Muon's write pass stores it (here on a scratch master).
+    Tensor scratch = Tensor::zeros(global_);
+    kernels::for_tensor(full, "test").muon_apply(scratch, momentum_, whole_grad, 0.95f, Tensor::zeros(global_), 1.f);
     // This rank's rows of U are the whole matrix's rows: Muon computed them on its own shard.
     EXPECT_EQ(updates[0].local.to_float_vector(), full.narrow(0, row0_, rows_).contiguous().to_float_vector());
     Tensor batch = full.view({1, global_[0], global_[1]});

@@ -142,6 +142,37 @@ TEST(Trainer, HealthCheckSkipsAndThenStops) {
   EXPECT_EQ(params_of(t), before);  // no update was applied
 }
 
+// An update that would overflow (a warm-up starting at an lr of 1e39, not an fp32) is skipped by
+// the optimizer's guard: nothing written, the step logged as skipped with the reason, and the
+// run continues with the next, finite update.
+TEST(Trainer, OverflowingUpdateIsSkippedAndTheRunContinues) {
+  lt::TempDir dir;
+  auto data = lt::write_pattern_dataset(dir);
+  const std::vector<std::string> warmup = {"lr_scheduler.warmup_steps=1", "lr_scheduler.warmup_lr_init=1.e+39"};
+  const std::string no_save = "checkpoint:\n  enable_save: False\n";
+  Trainer one(lt::tiny_config(lt::tiny_config_yaml(data, 1, 2, 2, no_save), warmup), build_causal_lm,
+              lt::quiet_options(dir.file("one")));
+  const auto before = params_of(one);
+  EXPECT_EQ(one.train().skipped_updates, 1);
+  EXPECT_EQ(params_of(one), before);  // bit for bit: nothing of the update was written
+
+  Trainer four(lt::tiny_config(lt::tiny_config_yaml(data, 4, 2, 2, no_save), warmup), build_causal_lm,
+               lt::quiet_options(dir.file("four")));
+  const TrainSummary s = four.train();
+  EXPECT_EQ(s.skipped_updates, 1);
+  EXPECT_TRUE(std::isfinite(s.last_loss));
+  EXPECT_NE(params_of(four), before);
+  std::ifstream in(dir.file("four") + "/metrics.jsonl");
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0].value("skipped", false), true);
+  EXPECT_NE(lines[0].value("skip_reason", std::string()).find("the update would make '"), std::string::npos)
+      << lines[0].dump();
+  EXPECT_NE(lines[0].value("skip_reason", std::string()).find("' (rank 0) inf or nan"), std::string::npos);
+  for (size_t i = 1; i < lines.size(); ++i) EXPECT_FALSE(lines[i].contains("skipped")) << lines[i].dump();
+}
+
 TEST(Trainer, DataVocabularyLargerThanTheModelsIsNamed) {
   lt::TempDir dir;
   auto data = lt::write_pattern_dataset(dir);  // ids up to 63

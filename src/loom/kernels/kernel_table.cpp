@@ -26,8 +26,8 @@ namespace {
   X(softmax_last) X(softmax_last_backward)                                                      \
   X(moe_routing) X(moe_permute_rows) X(moe_permute_backward) X(moe_unpermute)                   \
   X(moe_unpermute_backward) X(grouped_gemm) X(grouped_gemm_backward)                            \
-  X(sum_squares) X(adamw_update) X(copy_master_to_param) X(muon_momentum)                       \
-  X(muon_orthogonalize) X(muon_apply)
+  X(sum_squares) X(adamw_update) X(adamw_update_is_finite) X(copy_master_to_param)              \
+  X(muon_momentum) X(muon_orthogonalize) X(muon_apply_is_finite) X(muon_apply)
 
 struct EntryInfo {
   const char* name;

@@ -128,12 +128,16 @@ struct KernelTable {
   double (*sum_squares)(const Tensor& x);
   void (*adamw_update)(Tensor& master, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                        Tensor* param, const AdamWScalars& scalars);
+  bool (*adamw_update_is_finite)(const Tensor& master, const Tensor& grad, const Tensor& exp_avg,
+                                 const Tensor& exp_avg_sq, DType param_dtype, const AdamWScalars& scalars);
   void (*copy_master_to_param)(const Tensor& master, Tensor& param);
-  void (*muon_momentum)(Tensor& momentum, const Tensor& grad, float mu, bool nesterov,
+  bool (*muon_momentum)(const Tensor& momentum, const Tensor& grad, float mu, bool nesterov,
                         Tensor& update);
   void (*muon_orthogonalize)(Tensor& update, const std::vector<MuonPiece>& pieces,
                              const std::vector<NsCoefficients>& schedule, float eps);
-  void (*muon_apply)(Tensor& master, const Tensor& update, float decay);
+  bool (*muon_apply_is_finite)(const Tensor& master, const Tensor& update, float decay, DType param_dtype);
+  void (*muon_apply)(Tensor& master, Tensor& momentum, const Tensor& grad, float mu, const Tensor& update,
+                     float decay);
 };
 
 // The table of `device`'s type; DeviceError naming `op` and the device when none is registered.

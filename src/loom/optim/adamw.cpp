@@ -78,6 +78,15 @@ AdamW::AdamW(const NamedParams& params, const AdamWOptions& options,
   allocate_state();
 }
 
+std::string AdamW::prepare_update(double lr, int64_t t) {
+  for (const auto& s : params_) {
+    Tensor grad = fp32_grad(s);
+    if (grad.defined() && !adamw_step_is_finite(s, grad, lr, options_.betas[0], options_.betas[1], options_.eps, t))
+      return s.name;
+  }
+  return "";
+}
+
 void AdamW::apply_update(double lr, int64_t t) {
   for (auto& s : params_) {
     Tensor grad = fp32_grad(s);

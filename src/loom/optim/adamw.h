@@ -42,6 +42,7 @@ class AdamW : public Optimizer {
   const AdamWOptions& options() const { return options_; }
 
  protected:
+  std::string prepare_update(double lr, int64_t t) override;
   void apply_update(double lr, int64_t t) override;
 
  private:

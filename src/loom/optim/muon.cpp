@@ -129,25 +129,36 @@ UpdateRule Muon::rule_of(const std::string& name) const {
   LOOM_THROW(ValueError, "Muon: no parameter named '", name, "'");
 }
 
-void Muon::apply_update(double lr, int64_t t) {
+std::string Muon::prepare_update(double lr, int64_t t) {
+  // Everything up to the write runs on scratch: U (momentum, Newton–Schulz, scales) is kept per
+  // parameter for apply_update; the AdamW fallback only checks here.
   last_stats_ = MuonStepStats{};
+  pending_.assign(params_.size(), Tensor());
+  std::vector<bool> overflows(params_.size(), false);
+  auto note = [&overflows](bool finite, size_t i) {
+    if (!finite) overflows[i] = true;
+  };
   std::vector<SplitUpdate> split;
   for (size_t i = 0; i < params_.size(); ++i) {
-    ParamState& s = params_[i];
+    const ParamState& s = params_[i];
     Tensor grad = fp32_grad(s);
     if (!grad.defined()) continue;
     if (s.rule == UpdateRule::adamw) {
-      adamw_step(s, grad, lr, options_.adamw_betas[0], options_.adamw_betas[1], options_.adamw_eps, t);
+      note(adamw_step_is_finite(s, grad, lr, options_.adamw_betas[0], options_.adamw_betas[1], options_.adamw_eps, t),
+           i);
       continue;
     }
     const Matrix& m = matrices_[i];
-    Tensor u = momentum_update(s, grad);
+    Tensor u = Tensor::empty(s.param.shape(), DType::f32, s.master.device());
+    note(kernels::for_tensor(s.master, "Muon")
+             .muon_momentum(s.momentum, grad, static_cast<float>(options_.momentum), options_.nesterov, u),
+         i);
+    pending_[i] = u;
     if (m.split >= 0) {
       split.push_back({static_cast<size_t>(m.split), u});
       continue;
     }
     newton_schulz(m, u, piece_scales(m, lr));
-    apply_orthogonalized(s, u, lr);
   }
   if (!split.empty()) {
     // Whole matrices are orthogonalised unscaled (wherever the strategy runs them); each rank
@@ -159,21 +170,48 @@ void Muon::apply_update(double lr, int64_t t) {
     for (SplitUpdate& update : split) {
       const size_t i = split_params_[update.matrix];
       scale_local_pieces(matrices_[i], update.local, piece_scales(matrices_[i], lr));
-      apply_orthogonalized(params_[i], update.local, lr);
+      pending_[i] = update.local;
     }
   }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!pending_[i].defined()) continue;
+    const ParamState& s = params_[i];
+    note(kernels::for_tensor(s.master, "Muon")
+             .muon_apply_is_finite(s.master, pending_[i], decay_of(s, lr), s.param.dtype()),
+         i);
+  }
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (overflows[i]) return params_[i].name;
+  return "";
+}
+
+void Muon::apply_update(double lr, int64_t t) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    ParamState& s = params_[i];
+    Tensor grad = fp32_grad(s);
+    if (!grad.defined()) continue;
+    if (s.rule == UpdateRule::adamw) {
+      adamw_step(s, grad, lr, options_.adamw_betas[0], options_.adamw_betas[1], options_.adamw_eps, t);
+      continue;
+    }
+    // M = μM + G and W = W·(1 − lr·wd) − O, then the rounded copy to a bf16/f16 model parameter.
+    kernels::for_tensor(s.master, "Muon")
+        .muon_apply(s.master, s.momentum, grad, static_cast<float>(options_.momentum), pending_[i], decay_of(s, lr));
+    copy_master_to_param(s);
+  }
+  pending_.clear();
   last_qk_clip_ = QkClipResult{};
   if (options_.qk_clip_enabled && !qk_inputs_.empty()) apply_qk_clip_to_masters();
   qk_inputs_.clear();
 }
 
-Tensor Muon::momentum_update(ParamState& s, const Tensor& grad) {
-  // M = μM + G; U = G + μM (Nesterov) or M; X0 = bf16(U).
-  Tensor u = Tensor::empty(s.param.shape(), DType::f32, s.master.device());
-  kernels::for_tensor(s.master, "Muon")
-      .muon_momentum(s.momentum, grad, static_cast<float>(options_.momentum), options_.nesterov, u);
-  return u;
+void Muon::discard_update() {
+  pending_.clear();
+  last_qk_clip_ = QkClipResult{};
+  qk_inputs_.clear();
 }
+
+float Muon::decay_of(const ParamState& s, double lr) { return static_cast<float>(1.0 - lr * s.weight_decay); }
 
 std::vector<float> Muon::piece_scales(const Matrix& m, double lr) const {
   // Moonlight's RMS matching, per piece: lr · sqrt(max(a, b)) · matched_adamw_rms.
@@ -220,13 +258,6 @@ void Muon::scale_local_pieces(const Matrix& m, Tensor& u, const std::vector<floa
                  .narrow(cd, box.local_offset[cd] + (c0 - box.global_offset[cd]), c1 - c0);
       k.scale_(part, static_cast<double>(scales[i]));
     }
-}
-
-void Muon::apply_orthogonalized(ParamState& s, const Tensor& update, double lr) {
-  // W = W·(1 − lr·wd) − O, then the rounded copy to a bf16/f16 model parameter.
-  const float decay = static_cast<float>(1.0 - lr * s.weight_decay);
-  kernels::for_tensor(s.master, "Muon").muon_apply(s.master, update, decay);
-  copy_master_to_param(s);
 }
 
 void Muon::apply_qk_clip_to_masters() {

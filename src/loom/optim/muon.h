@@ -96,7 +96,9 @@ class Muon : public Optimizer {
   const MuonStepStats& last_step_stats() const { return last_stats_; }
 
  protected:
+  std::string prepare_update(double lr, int64_t t) override;
   void apply_update(double lr, int64_t t) override;
+  void discard_update() override;
 
  private:
   // Muon's view of one parameter (index-aligned with params_).
@@ -106,8 +108,6 @@ class Muon : public Optimizer {
     int64_t split = -1;             // index in the sharding's plan when the matrix is split
   };
 
-  // M = μM + G on the local shard; returns U (fp32 of bf16 values, the local shape).
-  Tensor momentum_update(ParamState& s, const Tensor& grad);
   // Newton–Schulz of every piece of `u` [batch, rows, cols] (whole matrices), each piece
   // multiplied by `scales[i]` (1 leaves it unscaled).
   void newton_schulz(const Matrix& m, Tensor& u, const std::vector<float>& scales);
@@ -115,8 +115,8 @@ class Muon : public Optimizer {
   std::vector<float> piece_scales(const Matrix& m, double lr) const;
   // Multiplies the local slice of each piece of a split matrix by its scale.
   void scale_local_pieces(const Matrix& m, Tensor& u, const std::vector<float>& scales) const;
-  // W = W·(1 − lr·wd) − O, then the copy to the model parameter.
-  void apply_orthogonalized(ParamState& s, const Tensor& update, double lr);
+  // 1 − lr·wd, the decoupled decay of the parameter's master.
+  static float decay_of(const ParamState& s, double lr);
   void apply_qk_clip_to_masters();
 
   MuonOptions options_;
@@ -127,6 +127,7 @@ class Muon : public Optimizer {
   std::vector<Matrix> matrices_;
   std::vector<size_t> split_params_;  // params_ index of each planned split matrix
   MuonStepStats last_stats_;
+  std::vector<Tensor> pending_;  // per parameter: the prepared update O (undefined: none or AdamW)
   std::vector<QkClipLayer> qk_inputs_;
   QkClipResult last_qk_clip_;
 };

@@ -150,7 +150,12 @@ double Optimizer::step() { return step_with_lr(lr_at(global_step_)); }
 
 double Optimizer::step_with_lr(double lr) {
   global_step_ += 1;
-  apply_update(lr, global_step_);
+  const std::string local = prepare_update(lr, global_step_);
+  last_skip_ = agree_ ? agree_(local) : (local.empty() ? "" : "'" + local + "'");
+  if (last_skip_.empty())
+    apply_update(lr, global_step_);
+  else
+    discard_update();
   return lr;
 }
 
@@ -182,6 +187,13 @@ void Optimizer::copy_master_to_param(const ParamState& s) {
   if (!s.has_own_master()) return;
   Tensor param = s.param;
   kernels::for_tensor(s.master, "optimizer").copy_master_to_param(s.master, param);
+}
+
+bool Optimizer::adamw_step_is_finite(const ParamState& s, const Tensor& grad, double lr, double beta1,
+                                     double beta2, double eps, int64_t t) const {
+  const kernels::AdamWScalars k = adamw_scalars(lr, s.weight_decay, beta1, beta2, eps, t);
+  return kernels::for_tensor(s.master, "AdamW")
+      .adamw_update_is_finite(s.master, grad, s.exp_avg, s.exp_avg_sq, s.param.dtype(), k);
 }
 
 void Optimizer::adamw_step(ParamState& s, const Tensor& grad, double lr, double beta1,

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -46,9 +47,27 @@ class Optimizer {
 
   // One update with lr = schedule(global_step) (the value before the increment, so the first
   // update uses lr(0)); increments global_step; returns the lr used.
+  //
+  // Non-finite guard: the update is computed first without writing anything persistent
+  // (prepare_update), this rank's verdict is agreed over every rank (set_finite_agreement), and
+  // the update is written only when no rank would store inf or nan in a parameter, master or
+  // moment. Otherwise nothing changes, bit for bit, and last_skip() names what would have
+  // overflowed. global_step advances either way: a skipped update is still a step of the
+  // learning-rate schedule and of the bias corrections, like a step the trainer's health check
+  // skips, so every rank and every resume count steps the same way.
   double step();
   // Same with an explicit learning rate (custom loops, tests).
   double step_with_lr(double lr);
+  // "" when the last step wrote its update; else the agreed description of what would have
+  // become inf or nan ("'<name>' (rank r)", or "a tensor of rank r" on the other ranks).
+  const std::string& last_skip() const { return last_skip_; }
+
+  // Agrees this rank's verdict (`local`: the first parameter whose update would not be finite,
+  // or "") with every rank holding a part of the model, and returns the common one ("" when all
+  // are finite). Collective: every rank calls it once per step. The default, one process,
+  // returns `local` quoted.
+  using FiniteAgreement = std::function<std::string(const std::string& local)>;
+  void set_finite_agreement(FiniteAgreement agree) { agree_ = std::move(agree); }
 
   // Without a scheduler the constant `learning_rate` of the optimizer options is used.
   void set_lr_scheduler(std::shared_ptr<const LrScheduler> scheduler);
@@ -92,10 +111,18 @@ class Optimizer {
   // Registers a parameter (checks its dtype); state is allocated by allocate_state().
   void add_param(const NamedParam& p, double weight_decay, UpdateRule rule);
   void allocate_state();
-  // One update of every parameter with a grad, at `lr` with t = global_step after increment.
+  // The update of every parameter with a grad, at `lr` with t = global_step after increment,
+  // in two halves: prepare_update computes it without touching parameters, masters or moments
+  // and returns the first parameter whose update would store inf or nan ("" when none), keeping
+  // whatever apply_update needs; apply_update then writes it, or discard_update drops it.
+  virtual std::string prepare_update(double lr, int64_t t) = 0;
   virtual void apply_update(double lr, int64_t t) = 0;
+  virtual void discard_update() {}
 
-  // AdamW on one parameter (the fused kernel, including the master -> param copy).
+  // AdamW on one parameter: whether its update is finite (reads only), and the fused write
+  // (including the master -> param copy).
+  bool adamw_step_is_finite(const ParamState& s, const Tensor& grad, double lr, double beta1,
+                            double beta2, double eps, int64_t t) const;
   void adamw_step(ParamState& s, const Tensor& grad, double lr, double beta1, double beta2,
                   double eps, int64_t t);
   // The fp32 contiguous grad of a parameter, or an undefined tensor when it has none.
@@ -108,6 +135,8 @@ class Optimizer {
   std::shared_ptr<const LrScheduler> scheduler_;
   double learning_rate_;
   int64_t global_step_ = 0;
+  FiniteAgreement agree_;
+  std::string last_skip_;
   Tensor flat_masters_, flat_exp_avg_, flat_exp_avg_sq_, flat_momentum_;
 };
 

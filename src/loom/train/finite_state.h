@@ -1,7 +1,8 @@
 // Non-finite training state is never kept: a parameter or optimizer moment holding inf or nan
-// turns every later step into nan, and a checkpoint of it would poison every resume. The trainer
-// checks the state after each update, before each save and after each load; under several ranks
-// the verdict is agreed over the world, so that every rank stops at the same step.
+// turns every later step into nan, and a checkpoint of it would poison every resume. The
+// optimizer never writes such an update (optim/optimizer.h: it decides before writing, with the
+// verdict agreed over the world by agreed_non_finite, so every rank skips the same step); the
+// trainer checks the state before each save and after each load, again agreed over the world.
 #pragma once
 
 #include <map>

@@ -33,8 +33,9 @@ std::string format_log_line(const StepMetrics& m) {
   std::snprintf(buf, sizeof(buf), ", lr: %10.6e, grad_norm: %10.6f, throughput: %6.2fT, tokens/s: %.0f, mfu: %.1f%%, mem: %.2f/%.2f GiB, eta: %s%s }",
                 m.lr, m.grad_norm, m.tflops_per_device, m.tokens_per_s, m.mfu * 100.0,
                 static_cast<double>(m.mem_current_bytes) / (1 << 30), static_cast<double>(m.mem_peak_bytes) / (1 << 30),
-                format_duration(m.eta_s).c_str(), m.skipped ? ", SKIPPED (grad norm above global_norm_skip_threshold)" : "");
+                format_duration(m.eta_s).c_str(), m.skipped ? ", SKIPPED" : "");
   line += buf;
+  if (m.skipped) line.insert(line.size() - 2, " (" + m.skip_reason + ")");
   return line;
 }
 
@@ -73,7 +74,10 @@ void MetricsWriter::write(const StepMetrics& m) {
                                 {"mem_current_bytes", m.mem_current_bytes},
                                 {"mem_peak_bytes", m.mem_peak_bytes}};
     for (const auto& [k, v] : run_fields_) j[k] = v;
-    if (m.skipped) j["skipped"] = true;
+    if (m.skipped) {
+      j["skipped"] = true;
+      j["skip_reason"] = m.skip_reason;
+    }
     for (const auto& [k, v] : m.extra) j[k] = number(v);
     for (const auto& [k, v] : pending_) j[k] = number(v);
     jsonl_ << j.dump() << '\n';

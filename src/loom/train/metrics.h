@@ -28,7 +28,8 @@ struct StepMetrics {
   int64_t mem_current_bytes = 0;
   int64_t mem_peak_bytes = 0;    // peak during this step
   double eta_s = 0;
-  bool skipped = false;          // update skipped by the health check
+  bool skipped = false;          // no update was written (health check or non-finite guard)
+  std::string skip_reason;       // why, when skipped
   std::map<std::string, double> extra;  // load_balancing_loss, mtp_1_loss, ...
 };
 

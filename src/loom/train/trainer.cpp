@@ -191,6 +191,8 @@ void Trainer::build_optimizer() {
   context.muon_sharding = PlacementMuonSharding::of_module(model_->module(), mesh_);
   optimizer_ = optim::build_optimizer(optimizer_json(config_.optimizer), params, context);
   optimizer_->set_lr_scheduler(scheduler_);
+  // Every rank writes its update or none does: the shards of one step never diverge.
+  optimizer_->set_finite_agreement([this](const std::string& local) { return agreed_non_finite(local, mesh_->world()); });
   // cpu_offload: the sharded optimizer state joins the sharded params and grads in the host pool.
   if (CachingAllocator* pool = parallel_->optimizer_state_pool()) optimizer_->relocate_state(*pool);
   model_->set_track_max_logits(optimizer_->uses_qk_clip());
@@ -296,9 +298,9 @@ void Trainer::load_sharded(const std::string& dir, bool load_optim) {
   optimizer_->load_state_dict(opt);
 }
 
-void Trainer::require_finite_state(const std::string& what, const std::string& fix, bool with_optimizer_state) {
+void Trainer::require_finite_state(const std::string& what, const std::string& fix) {
   std::string local = first_non_finite(model_->module().local_parameters());
-  if (local.empty() && with_optimizer_state) {
+  if (local.empty()) {
     local = first_non_finite(optimizer_->state_dict());
     if (!local.empty()) local = "optimizer state " + local;
   }
@@ -350,7 +352,8 @@ int64_t Trainer::train_step(StepMetrics& m) {
     grad_norm = clip_gradients();
   }
   m.lr = optimizer_->lr_at(optimizer_->global_step());
-  if (accept_update(r.loss, grad_norm)) {
+  std::string skip = update_skip_reason(r.loss, grad_norm);
+  if (skip.empty()) {
     if (optimizer_->uses_qk_clip()) {
       auto qk = model_->take_qk_clip_inputs();
       gather_heads(mesh_->group("tp"), qk);
@@ -358,13 +361,12 @@ int64_t Trainer::train_step(StepMetrics& m) {
       optimizer_->set_qk_clip_inputs(std::move(qk));
     }
     LOOM_TRACE("step", "optimizer");
-    m.lr = optimizer_->step();
-    require_finite_state("the update of step " + std::to_string(state_.global_step + 1) + " made", "stopped before "
-                         "anything was saved; lower lr_scheduler.learning_rate, raise optimizer.eps, or resume from "
-                         "an earlier checkpoint", /*with_optimizer_state=*/false);
+    m.lr = optimizer_->step();  // writes nothing when any rank's update would overflow
+    if (!optimizer_->last_skip().empty()) skip = "the update would make " + optimizer_->last_skip() + " inf or nan";
   } else {
     optimizer_->set_global_step(optimizer_->global_step() + 1);  // the schedule still advances
   }
+  count_skip(skip, r.loss, grad_norm);
   // Routing counts of every rank that routed other tokens (other data, other sequence pieces):
   // the same expert-bias update everywhere.
   for (Tensor& t : model_->data_parallel_sums()) {
@@ -375,7 +377,8 @@ int64_t Trainer::train_step(StepMetrics& m) {
   model_->after_optimizer_step();
   // The MoE monitor on rank 0 sees every stage's layers.
   if (parallel_->pipeline()) model_->add_tokens_per_expert(gather_over_stages(mesh_->group("pp"), model_->tokens_per_expert()));
-  m.skipped = state_.consecutive_skips > 0;
+  m.skipped = !skip.empty();
+  m.skip_reason = skip;
   if (m.skipped) ++skipped_updates_;
   m.loss = r.loss;
   m.grad_norm = grad_norm;
@@ -392,29 +395,35 @@ double Trainer::clip_gradients() {
       [&world](double v) { return world.all_reduce_scalar(v); });
 }
 
-bool Trainer::accept_update(double loss, double grad_norm) {
+std::string Trainer::update_skip_reason(double loss, double grad_norm) const {
   // Non-finite norms are never applied; with monitor.health_checkpoint set, norms above
-  // global_norm_skip_threshold are skipped too, at most global_norm_skip_time in a row.
+  // global_norm_skip_threshold are skipped too.
   const auto& health = config_.monitor.health_checkpoint;
   const bool health_on = config_.is_explicit("monitor.health_checkpoint") ||
                          config_.is_explicit("monitor.health_checkpoint.global_norm_skip_threshold");
-  bool skip = !std::isfinite(grad_norm) || !std::isfinite(loss);
-  if (!skip && health_on && grad_norm > health.global_norm_skip_threshold) skip = true;
-  if (!skip) {
+  if (!std::isfinite(loss)) return "loss is " + std::to_string(loss);
+  if (!std::isfinite(grad_norm)) return "grad norm is " + std::to_string(grad_norm);
+  if (health_on && grad_norm > health.global_norm_skip_threshold)
+    return "grad norm " + std::to_string(grad_norm) + " is above monitor.health_checkpoint.global_norm_skip_threshold " +
+           std::to_string(health.global_norm_skip_threshold);
+  return "";
+}
+
+void Trainer::count_skip(const std::string& reason, double loss, double grad_norm) {
+  // At most global_norm_skip_time skipped updates in a row, whatever skipped them.
+  if (reason.empty()) {
     state_.consecutive_skips = 0;
-    return true;
+    return;
   }
+  const auto& health = config_.monitor.health_checkpoint;
   ++state_.consecutive_skips;
-  log::warn("step ", state_.global_step + 1, ": ",
-            !std::isfinite(loss) ? "loss is " + std::to_string(loss)
-                                 : "grad norm " + std::to_string(grad_norm) + (std::isfinite(grad_norm) ? " is above monitor.health_checkpoint.global_norm_skip_threshold " + std::to_string(health.global_norm_skip_threshold) : ""),
-            "; the update is skipped (", state_.consecutive_skips, " in a row)");
+  log::warn("step ", state_.global_step + 1, ": ", reason, "; the update is skipped (", state_.consecutive_skips,
+            " in a row)");
   LOOM_CHECK(state_.consecutive_skips <= health.global_norm_skip_time, Error, "training stopped at step ",
-             state_.global_step + 1, ": ", state_.consecutive_skips, " updates in a row were skipped (grad norm ",
-             grad_norm, ", loss ", loss, "), more than monitor.health_checkpoint.global_norm_skip_time = ",
+             state_.global_step + 1, ": ", state_.consecutive_skips, " updates in a row were skipped (", reason,
+             "; grad norm ", grad_norm, ", loss ", loss, "), more than monitor.health_checkpoint.global_norm_skip_time = ",
              health.global_norm_skip_time, ". The run is diverging: lower lr_scheduler.learning_rate, check the "
              "data, or resume from an earlier checkpoint");
-  return false;
 }
 
 TrainSummary Trainer::train() {

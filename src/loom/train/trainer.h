@@ -108,14 +108,17 @@ class Trainer {
   int64_t train_step(StepMetrics& m);
   // The grad norm with every rank's grads, then clipping; returns the pre-clip norm.
   double clip_gradients();
-  // False when the health check skips the update (non-finite loss or norm, or a norm above
-  // monitor.health_checkpoint.global_norm_skip_threshold); the schedule position still advances.
-  bool accept_update(double loss, double grad_norm);
+  // Why the health check skips this update ("" to apply it): a non-finite loss or norm, or a norm
+  // above monitor.health_checkpoint.global_norm_skip_threshold. The optimizer's own guard skips
+  // an update that would overflow (optim/optimizer.h); either way the schedule still advances.
+  std::string update_skip_reason(double loss, double grad_norm) const;
+  // Counts a skipped update (`reason` non-empty) or resets the count; Error past
+  // monitor.health_checkpoint.global_norm_skip_time skips in a row.
+  void count_skip(const std::string& reason, double loss, double grad_norm);
   CheckpointContents checkpoint_contents();
   // Error "<what> <tensor> holds inf or nan; <fix>" when a parameter or optimizer state of any
-  // rank is not finite (finite_state.h); every rank takes the same verdict. After an update only
-  // the parameters are read (a non-finite moment reaches them through the update itself).
-  void require_finite_state(const std::string& what, const std::string& fix, bool with_optimizer_state = true);
+  // rank is not finite (finite_state.h); every rank takes the same verdict.
+  void require_finite_state(const std::string& what, const std::string& fix);
   void fire(void (Callback::*event)(CallbackContext&), StepMetrics* metrics = nullptr);
 
   config::TrainConfig config_;

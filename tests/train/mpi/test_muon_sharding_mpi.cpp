@@ -21,6 +21,7 @@
 #include "loom/models/muon_info.h"
 #include "loom/optim/muon.h"
 #include "loom/train/causal_lm_model.h"
+#include "loom/train/finite_state.h"
 #include "loom/train/muon_sharding.h"
 
 namespace loom::train {
@@ -267,6 +268,62 @@ TEST(MuonShardingMpi, DeredundancyRunsNewtonSchulzOncePerMatrix) {
   EXPECT_EQ(rt().world()->all_reduce_scalar(mine),
             static_cast<int64_t>(std::llround(rt().world()->all_reduce_scalar(per_holder))));
   EXPECT_GT(owned->sharding->comm_stats().bytes_sent + owned->sharding->comm_stats().bytes_received, 0);
+}
+
+// The non-finite guard under sharding: at step 1 a gradient whose square overflows fp32 sits in
+// one rank's shard of the word embeddings (an AdamW-fallback parameter). Each rank's verdict is
+// agreed over the world, so every rank skips step 1, the Newton–Schulz exchange of the split
+// matrices included, and nothing is written anywhere; the one-process run skips it by itself.
+// After step 2 every shard is still the bits of the one-process run.
+TEST(MuonShardingMpi, OneRanksOverflowSkipsTheStepOnEveryRank) {
+  auto p = make_pair({dist::ParallelDegrees{}, false}, "allgather");
+  std::shared_ptr<dist::ProcessGroup> world = rt().world();
+  p->many->set_finite_agreement([world](const std::string& local) { return agreed_non_finite(local, *world); });
+  const std::string embedding = "embedding.word_embeddings.weight";
+  ASSERT_NE(p->sharded.model->find_parameter(embedding), nullptr);
+  for (int step = 0; step < 3; ++step) {
+    int64_t holders = 0;
+    for (auto& [name, param] : p->whole.model->named_parameters()) {
+      if (!param->trainable) continue;
+      Tensor g = whole_grad(name, param->global_shape, step);
+      if (step == 1 && name == embedding) {
+        std::vector<float> v = g.to_float_vector();
+        v.back() = 1e30f;
+        g = Tensor::from_vector(v, param->global_shape);
+      }
+      param->tensor.set_grad(g);
+      Tensor local = p->sharded.model->find_parameter(name)->local();
+      const Tensor local_grad = local_of(g, *p->sharded.model->find_parameter(name));
+      for (float x : local_grad.to_float_vector()) holders += x == 1e30f ? 1 : 0;
+      local.set_grad(local_grad);
+    }
+    const auto before = p->many->state_dict();
+    std::map<std::string, std::vector<float>> kept;
+    for (const auto& [name, t] : before) kept[name] = t.to_float_vector();
+    for (auto& [name, t] : p->sharded.model->local_parameters()) kept["param." + name] = t.to_float_vector();
+    p->one->step();
+    p->many->step();
+    if (step != 1) {
+      EXPECT_EQ(p->many->last_skip(), "");
+      continue;
+    }
+    EXPECT_EQ(world->all_reduce_scalar(holders), 1);  // one rank's shard holds the overflow
+    EXPECT_NE(p->one->last_skip(), "");
+    EXPECT_NE(p->many->last_skip(), "") << "rank " << world->rank() << " wrote its update";
+    for (const auto& [name, t] : p->many->state_dict())
+      if (name != "global_step")  // the step still counts
+        expect_bitwise(t, Tensor::from_vector(kept.at(name), t.shape(), t.dtype()), name + " after the skipped step");
+    for (auto& [name, t] : p->sharded.model->local_parameters())
+      expect_bitwise(t, Tensor::from_vector(kept.at("param." + name), t.shape(), t.dtype()), name + " after the skipped step");
+  }
+  const auto one_state = p->one->state_dict(), many_state = p->many->state_dict();
+  for (auto& [name, param] : p->sharded.model->named_parameters()) {
+    const nn::Parameter& whole = *p->whole.model->find_parameter(name);
+    expect_bitwise(param->local(), local_of(whole.tensor, *param), name + " after 3 steps");
+    if (many_state.count("muon_m." + name))
+      expect_bitwise(many_state.at("muon_m." + name), local_of(one_state.at("muon_m." + name), *param),
+                     "muon_m." + name);
+  }
 }
 
 }  // namespace

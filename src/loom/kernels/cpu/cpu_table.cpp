@@ -76,9 +76,11 @@ KernelTable kernel_table() {
 
   t.sum_squares = &sum_squares;
   t.adamw_update = &adamw_update;
+  t.adamw_update_is_finite = &adamw_update_is_finite;
   t.copy_master_to_param = &copy_master_to_param;
   t.muon_momentum = &muon_momentum;
   t.muon_orthogonalize = &muon_orthogonalize;
+  t.muon_apply_is_finite = &muon_apply_is_finite;
   t.muon_apply = &muon_apply;
   return t;
 }

@@ -1,6 +1,9 @@
 #include "loom/kernels/cpu/optimizer.h"
 
+#include <atomic>
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -40,23 +43,99 @@ inline void store(Out* out, int64_t i, float x) {
   }
 }
 
+// One element of the AdamW step; the decision pass and the write pass share it, so the verdict
+// is about exactly the values the write pass would store.
+struct AdamWElement {
+  float p, m, v;
+};
+inline AdamWElement adamw_element(float p, float g, float m, float v, const AdamWScalars& s) {
+  const float decayed = p * s.decay;
+  const float mi = m * s.beta1 + g * s.one_minus_beta1;
+  const float vi = v * s.beta2 + (g * g) * s.one_minus_beta2;
+  const float denom = std::sqrt(vi / s.bias_correction2) + s.eps;
+  return {decayed - (mi / denom) * s.step_size, mi, vi};
+}
+
+// |x| < limit, false for NaN: the comparison form vectorises where std::isfinite may not.
+inline int outside(float x, float limit) { return !(std::fabs(x) < limit); }
+
+// The smallest magnitude a value of `dtype` rounds to infinity from (ties go to the even
+// neighbour, which above the largest finite value is infinity): +inf for fp32 itself.
+float overflow_limit(DType dtype) {
+  switch (dtype) {
+    case DType::bf16: return std::bit_cast<float>(0x7f7f8000u);  // halfway from 0x7f7f to 0x7f80
+    case DType::f16: return 65520.f;                               // halfway from 65504 to 65536
+    default: return std::numeric_limits<float>::infinity();
+  }
+}
+
+// True when `chunk_bad(b, e)` finds nothing on any chunk of [0, n): the decision passes.
+template <typename F>
+bool no_chunk_outside(int64_t n, F&& chunk_bad) {
+  std::atomic<bool> bad{false};
+  parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
+    if (chunk_bad(b, e)) bad.store(true, std::memory_order_relaxed);
+  });
+  return !bad.load();
+}
+
 template <typename Out>
 void adamw_chunk(float* __restrict p, const float* __restrict g, float* __restrict m,
                  float* __restrict v, Out* __restrict out, int64_t n, const AdamWScalars s) {
   // `omp simd`: GCC's -O2 cost model would otherwise leave this loop scalar.
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i];
-    const float decayed = p[i] * s.decay;
-    const float mi = m[i] * s.beta1 + gi * s.one_minus_beta1;
-    const float vi = v[i] * s.beta2 + (gi * gi) * s.one_minus_beta2;
-    const float denom = std::sqrt(vi / s.bias_correction2) + s.eps;
-    const float pi = decayed - (mi / denom) * s.step_size;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = pi;
-    if constexpr (!std::is_same_v<Out, NoParam>) store(out, i, pi);
+    const AdamWElement x = adamw_element(p[i], g[i], m[i], v[i], s);
+    m[i] = x.m;
+    v[i] = x.v;
+    p[i] = x.p;
+    if constexpr (!std::is_same_v<Out, NoParam>) store(out, i, x.p);
   }
+}
+
+// The decision passes' chunks: plain functions of values and restrict pointers, like
+// adamw_chunk, so that the loops vectorise (a lambda's captured references would not). Each
+// returns whether any element is outside.
+bool adamw_chunk_outside(const float* __restrict p, const float* __restrict g, const float* __restrict m,
+                         const float* __restrict v, int64_t n, const AdamWScalars s, const float limit) {
+  const float inf = std::numeric_limits<float>::infinity();
+  int bad = 0;
+#pragma omp simd reduction(|: bad)
+  for (int64_t i = 0; i < n; ++i) {
+    const AdamWElement x = adamw_element(p[i], g[i], m[i], v[i], s);
+    bad |= outside(x.p, limit) | outside(x.m, inf) | outside(x.v, inf);
+  }
+  return bad != 0;
+}
+
+bool muon_momentum_chunk(const float* __restrict m, const float* __restrict g, float* __restrict u, int64_t n,
+                         const float mu, const bool nesterov) {
+  const float inf = std::numeric_limits<float>::infinity();
+  int bad = 0;
+  if (nesterov) {  // one loop per branch: a select inside would keep the loop scalar
+#pragma omp simd reduction(|: bad)
+    for (int64_t i = 0; i < n; ++i) {
+      const float mi = m[i] * mu + g[i];  // the new momentum muon_apply stores
+      bad |= outside(mi, inf);
+      u[i] = round_bf16_rne(g[i] + mi * mu);
+    }
+  } else {
+#pragma omp simd reduction(|: bad)
+    for (int64_t i = 0; i < n; ++i) {
+      const float mi = m[i] * mu + g[i];
+      bad |= outside(mi, inf);
+      u[i] = round_bf16_rne(mi);
+    }
+  }
+  return bad != 0;
+}
+
+bool muon_apply_chunk_outside(const float* __restrict w, const float* __restrict u, int64_t n, const float decay,
+                              const float limit) {
+  int bad = 0;
+#pragma omp simd reduction(|: bad)
+  for (int64_t i = 0; i < n; ++i) bad |= outside(w[i] * decay - u[i], limit);
+  return bad != 0;
 }
 
 template <typename Out>
@@ -135,33 +214,65 @@ void copy_master_to_param(const Tensor& master, Tensor& param) {
   }
 }
 
-void muon_momentum(Tensor& momentum, const Tensor& grad, float mu, bool nesterov, Tensor& update) {
+bool adamw_update_is_finite(const Tensor& master, const Tensor& grad, const Tensor& exp_avg,
+                            const Tensor& exp_avg_sq, DType param_dtype, const AdamWScalars& s) {
+  const int64_t n = master.numel();
+  check_fp32(master, n, "adamw_update_is_finite", "master");
+  check_fp32(grad, n, "adamw_update_is_finite", "grad");
+  check_fp32(exp_avg, n, "adamw_update_is_finite", "exp_avg");
+  check_fp32(exp_avg_sq, n, "adamw_update_is_finite", "exp_avg_sq");
+  const float* p = master.data<float>();
+  const float* g = grad.data<float>();
+  const float* m = exp_avg.data<float>();
+  const float* v = exp_avg_sq.data<float>();
+  const float limit = overflow_limit(param_dtype);
+  return no_chunk_outside(n, [&](int64_t b, int64_t e) {
+    return adamw_chunk_outside(p + b, g + b, m + b, v + b, e - b, s, limit);
+  });
+}
+
+bool muon_momentum(const Tensor& momentum, const Tensor& grad, float mu, bool nesterov, Tensor& update) {
   const int64_t n = momentum.numel();
   check_fp32(momentum, n, "muon_momentum", "momentum");
   check_fp32(grad, n, "muon_momentum", "grad");
   check_fp32(update, n, "muon_momentum", "update");
-  float* m = momentum.data<float>();
+  const float* m = momentum.data<float>();
   const float* g = grad.data<float>();
   float* u = update.data<float>();
-  parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
-#pragma omp simd
-    for (int64_t i = b; i < e; ++i) {
-      const float mi = m[i] * mu + g[i];
-      m[i] = mi;
-      u[i] = round_bf16_rne(nesterov ? g[i] + mi * mu : mi);
-    }
+  return no_chunk_outside(n, [&](int64_t b, int64_t e) {
+    return muon_momentum_chunk(m + b, g + b, u + b, e - b, mu, nesterov);
   });
 }
 
-void muon_apply(Tensor& master, const Tensor& update, float decay) {
+bool muon_apply_is_finite(const Tensor& master, const Tensor& update, float decay, DType param_dtype) {
+  const int64_t n = master.numel();
+  check_fp32(master, n, "muon_apply_is_finite", "master");
+  check_fp32(update, n, "muon_apply_is_finite", "update");
+  const float* w = master.data<float>();
+  const float* u = update.data<float>();
+  const float limit = overflow_limit(param_dtype);
+  return no_chunk_outside(n, [&](int64_t b, int64_t e) {
+    return muon_apply_chunk_outside(w + b, u + b, e - b, decay, limit);
+  });
+}
+
+void muon_apply(Tensor& master, Tensor& momentum, const Tensor& grad, float mu, const Tensor& update,
+                float decay) {
   const int64_t n = master.numel();
   check_fp32(master, n, "muon_apply", "master");
+  check_fp32(momentum, n, "muon_apply", "momentum");
+  check_fp32(grad, n, "muon_apply", "grad");
   check_fp32(update, n, "muon_apply", "update");
   float* w = master.data<float>();
+  float* m = momentum.data<float>();
+  const float* g = grad.data<float>();
   const float* u = update.data<float>();
   parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
 #pragma omp simd
-    for (int64_t i = b; i < e; ++i) w[i] = w[i] * decay - u[i];
+    for (int64_t i = b; i < e; ++i) {
+      m[i] = m[i] * mu + g[i];
+      w[i] = w[i] * decay - u[i];
+    }
   });
 }
 

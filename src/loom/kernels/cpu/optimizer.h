@@ -1,6 +1,12 @@
 // Optimizer-step kernels on CPU: the fused AdamW update, the rounded master → model copy, Muon's
 // momentum and final update, and the sum of squares behind the global grad norm.
 //
+// The non-finite guard (optim/optimizer.h) splits each update into a decision and a write: the
+// `*_is_finite` passes and muon_momentum only read the persistent state (masters, moments) and
+// say whether the write pass would store inf or nan anywhere, the model copy included (a finite
+// fp32 master can round to inf in bf16/f16); the write pass runs only when no rank found any.
+// Both passes evaluate the same inline expressions, so the verdict is about the exact values.
+//
 // The arithmetic follows the reference's fp32 operation order (mindformers
 // pynative/optimizer/adamw.py::_run_adamw_opt, Muon in semantics §2.2), and this file is compiled
 // with -ffp-contract=off (kernels/CMakeLists.txt) so every operation rounds like the reference's
@@ -26,16 +32,26 @@ using kernels::AdamWScalars;
 // same pass; fp32 parameters are their own master (param = nullptr).
 void adamw_update(Tensor& master, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                   Tensor* param, const AdamWScalars& scalars);
+// Whether adamw_update with these arguments would leave the master (and its copy in
+// `param_dtype`; f32 when the master is the parameter), exp_avg and exp_avg_sq finite. Reads only.
+bool adamw_update_is_finite(const Tensor& master, const Tensor& grad, const Tensor& exp_avg,
+                            const Tensor& exp_avg_sq, DType param_dtype, const AdamWScalars& scalars);
 
 // param (bf16/f16) = round-to-nearest-even(master): after QK-clip or a checkpoint load.
 void copy_master_to_param(const Tensor& master, Tensor& param);
 
-// Muon's momentum: M = μ·M + G, and update = bf16(G + μ·M) (Nesterov) or bf16(M), the
-// bf16-exact input of Newton–Schulz.
-void muon_momentum(Tensor& momentum, const Tensor& grad, float mu, bool nesterov, Tensor& update);
+// Muon's momentum without storing it: with M' = μ·M + G, update = bf16(G + μ·M') (Nesterov) or
+// bf16(M'), the bf16-exact input of Newton–Schulz. `momentum` is only read (muon_apply stores
+// M'); returns whether M' is finite everywhere.
+bool muon_momentum(const Tensor& momentum, const Tensor& grad, float mu, bool nesterov, Tensor& update);
 
-// Muon's decoupled decay and step: master = master·decay − update.
-void muon_apply(Tensor& master, const Tensor& update, float decay);
+// Whether muon_apply would leave master·decay − update finite (in `param_dtype` too). Reads only.
+bool muon_apply_is_finite(const Tensor& master, const Tensor& update, float decay, DType param_dtype);
+
+// Muon's write pass: momentum = μ·momentum + grad (the M' muon_momentum computed) and the
+// decoupled decay and step master = master·decay − update.
+void muon_apply(Tensor& master, Tensor& momentum, const Tensor& grad, float mu, const Tensor& update,
+                float decay);
 
 // Σ x² of any floating dtype and layout, in fp64. Deterministic: fixed 16K-element chunks, each
 // summed over eight fixed lanes (vectorisable without reassociating anything the order depends
