@@ -27,20 +27,22 @@ namespace {
 constexpr int64_t kElems = int64_t{1} << 24;
 constexpr int64_t kGrain = 1 << 15;
 
+// One optimizer's worth of n elements (parameter, grad, moments, bf16 copy), also as tensors.
 struct Buffers {
+  int64_t n;
   std::vector<float> p, g, m, v;
   std::vector<bf16> p16;
-  Buffers() : p(kElems, 0.5f), g(kElems, 1e-3f), m(kElems, 0.f), v(kElems, 0.f), p16(kElems) {}
-  // The same buffers as tensors, for the kernels.
-  Tensor tp = Tensor::from_blob(p.data(), {kElems}, DType::f32);
-  Tensor tg = Tensor::from_blob(g.data(), {kElems}, DType::f32);
-  Tensor tm = Tensor::from_blob(m.data(), {kElems}, DType::f32);
-  Tensor tv = Tensor::from_blob(v.data(), {kElems}, DType::f32);
-  Tensor tp16 = Tensor::from_blob(p16.data(), {kElems}, DType::bf16);
+  Buffers(int64_t elems, float m0, float v0)
+      : n(elems), p(elems, 0.5f), g(elems, 1e-3f), m(elems, m0), v(elems, v0), p16(elems) {}
+  Tensor tp = Tensor::from_blob(p.data(), {n}, DType::f32);
+  Tensor tg = Tensor::from_blob(g.data(), {n}, DType::f32);
+  Tensor tm = Tensor::from_blob(m.data(), {n}, DType::f32);
+  Tensor tv = Tensor::from_blob(v.data(), {n}, DType::f32);
+  Tensor tp16 = Tensor::from_blob(p16.data(), {n}, DType::bf16);
 };
 
 Buffers& buffers() {
-  static Buffers b;
+  static Buffers b(kElems, 0.f, 0.f);
   return b;
 }
 
@@ -107,22 +109,14 @@ void BM_StreamRead4Write3(benchmark::State& state) {
 // precedes, and the per-step check it replaced (a sum of squares over the updated parameters).
 constexpr int64_t kSizeA = 7342336;
 
-struct SizeA {
-  std::vector<float> p = std::vector<float>(kSizeA, 0.5f), g = std::vector<float>(kSizeA, 1e-3f),
-                     m = std::vector<float>(kSizeA, 1e-4f), v = std::vector<float>(kSizeA, 1e-6f);
-  Tensor tp = Tensor::from_blob(p.data(), {kSizeA}, DType::f32);
-  Tensor tg = Tensor::from_blob(g.data(), {kSizeA}, DType::f32);
-  Tensor tm = Tensor::from_blob(m.data(), {kSizeA}, DType::f32);
-  Tensor tv = Tensor::from_blob(v.data(), {kSizeA}, DType::f32);
-};
-
-SizeA& size_a() {
-  static SizeA a;
+// Size A's parameter count with moments mid-training (m, v away from zero).
+Buffers& size_a() {
+  static Buffers a(kSizeA, 1e-4f, 1e-6f);
   return a;
 }
 
 void BM_SizeA_AdamWWritePass(benchmark::State& state) {
-  SizeA& a = size_a();
+  Buffers& a = size_a();
   const kernels::AdamWScalars s = adamw_scalars(3e-4, 0.1, 0.9, 0.95, 1e-8, 10);
   for (auto _ : state) {
     kernels::cpu::adamw_update(a.tp, a.tg, a.tm, a.tv, nullptr, s);
@@ -131,13 +125,13 @@ void BM_SizeA_AdamWWritePass(benchmark::State& state) {
 }
 
 void BM_SizeA_AdamWDecisionPass(benchmark::State& state) {
-  SizeA& a = size_a();
+  Buffers& a = size_a();
   const kernels::AdamWScalars s = adamw_scalars(3e-4, 0.1, 0.9, 0.95, 1e-8, 10);
   for (auto _ : state) benchmark::DoNotOptimize(kernels::cpu::adamw_update_is_finite(a.tp, a.tg, a.tm, a.tv, DType::f32, s));
 }
 
 void BM_SizeA_ReplacedSumOfSquaresCheck(benchmark::State& state) {
-  SizeA& a = size_a();
+  Buffers& a = size_a();
   for (auto _ : state) benchmark::DoNotOptimize(kernels::cpu::sum_squares(a.tp));
 }
 
