@@ -13,6 +13,7 @@
 #include "loom/dist/parallelize.h"
 #include "loom/nn/module.h"
 #include "loom/optim/grad_norm.h"
+#include "../dist_test_util.h"
 
 namespace loom::testing {
 
@@ -52,6 +53,23 @@ inline void expect_grad_norm_matches(nn::Module& plain, nn::Module& split, const
       local, [&](const optim::NamedParam& p) { return parallel.replica_factor(p.name); },
       [&](double v) { return mesh.world().all_reduce_scalar(v); });
   EXPECT_NEAR(got, want, 1e-6 * want);
+}
+
+// reference_step's counterpart on the split model: data-parallel rank d of dp takes global
+// micro-batch j·dp + d at micro step j (the tp/ep ranks of a data shard take the same one), grads
+// go through `parallel`. Returns the loss averaged over the micro-batches and the world.
+inline double parallel_step(nn::CausalLM& model, dist::ParallelModel& parallel, dist::DeviceMesh& mesh, int64_t vocab,
+                            int64_t B, int64_t S, int64_t micro, int64_t dp, int64_t d) {
+  parallel.zero_grad();
+  double loss = 0;
+  for (int64_t j = 0; j < micro; ++j) {
+    nn::LMOutput out = model.forward(micro_batch(vocab, B, S, j * dp + d));
+    Tensor scaled = micro > 1 ? ops::scale(out.loss, 1.0 / static_cast<double>(micro)) : out.loss;
+    autograd::backward(scaled, Tensor::full(scaled.shape(), parallel.backward_scale()));
+    loss += out.loss.item() / static_cast<double>(micro);
+  }
+  parallel.finish_backward();
+  return mesh.world().all_reduce_scalar(loss) / mesh.world_size();
 }
 
 }  // namespace loom::testing

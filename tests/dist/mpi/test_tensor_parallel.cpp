@@ -76,21 +76,10 @@ void check_step(const Json& section, int tp, int data_parallel_shard, int64_t mi
 
   std::map<std::string, Tensor> ref;
   const double ref_loss = testing::reference_step(*plain.model, vocab, B, S, 0, micro * dp, &ref);
-  // Data-parallel rank d takes global micro-batch j·dp + d at micro step j; the tp ranks of a
-  // data shard take the same one.
   // testing::reference_step injects every micro-batch's balance and MTP losses with scale 1; each
   // micro-batch runs on one data-parallel rank here, so the same scale gives the same sum.
   split.model->set_auxiliary_loss_grad_scale(1.0);
-  parallel->zero_grad();
-  double loss = 0;
-  for (int64_t j = 0; j < micro; ++j) {
-    nn::LMOutput out = split.model->forward(testing::micro_batch(vocab, B, S, j * dp + d));
-    Tensor scaled = micro > 1 ? ops::scale(out.loss, 1.0 / static_cast<double>(micro)) : out.loss;
-    autograd::backward(scaled, Tensor::full(scaled.shape(), parallel->backward_scale()));
-    loss += out.loss.item() / static_cast<double>(micro);
-  }
-  parallel->finish_backward();
-  loss = mesh->world().all_reduce_scalar(loss) / mesh->world_size();
+  const double loss = testing::parallel_step(*split.model, *parallel, *mesh, vocab, B, S, micro, dp, d);
   EXPECT_NEAR(loss, ref_loss, 1e-6 * std::fabs(ref_loss));
   for (auto& [name, p] : split.model->named_parameters())
     expect_close(p->local().grad(), local_of(ref.at(name), *p), 2e-5, name + " grad");
