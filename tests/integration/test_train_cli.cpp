@@ -149,7 +149,7 @@ TEST(TrainCli, EveryStartUpErrorOfTrainIsReportedByCheckConfig) {
     std::vector<std::string> sets;
     std::string message;  // in train's error and check-config's report
     std::string file = "train.yaml";
-    const char* memory_limit = nullptr;
+    std::vector<std::pair<std::string, std::string>> env = {};  // set for both commands
   };
   const std::vector<Case> cases = {
       {{"model.hidden_size=66"}, "model.hidden_size = 66 is not a multiple of model.num_attention_heads = 4"},
@@ -163,19 +163,21 @@ TEST(TrainCli, EveryStartUpErrorOfTrainIsReportedByCheckConfig) {
       {{"model.vocab_size=4611686018427387904"}, "vocab_size × hidden_size = 4611686018427387904 × 32 overflows"},
       {{"model.num_hidden_layers=100000000000"}, "is more layers than Loom builds"},
       {{"train_dataset.dataloader.config.seq_length=4611686018427387904"}, "local_batch_size × seq_length"},
-      {{"model.vocab_size=1000000000000"}, "the run needs at least", "train.yaml", "64G"},
-      {{"train_dataset.dataloader.config.seq_length=1000000000000"}, "lower the sequence length", "train.yaml", "64G"},
-      {{"model.num_hidden_layers=1000000"}, "the run needs at least", "train.yaml", "64G"},
+      {{"model.vocab_size=1000000000000"}, "the run needs at least", "train.yaml", {{"LOOM_MEMORY_LIMIT", "64G"}}},
+      {{"train_dataset.dataloader.config.seq_length=1000000000000"}, "lower the sequence length", "train.yaml", {{"LOOM_MEMORY_LIMIT", "64G"}}},
+      {{"model.num_hidden_layers=1000000"}, "the run needs at least", "train.yaml", {{"LOOM_MEMORY_LIMIT", "64G"}}},
       {{}, "LoRA fine-tuning is not supported by Loom yet", "lora.yaml"},
       {{}, "callbacks[0].type: unknown callback type 'NoSuchCallback'; registered callbacks are: LossCallback",
        "callback.yaml"},
       {{}, "log_interval", "callback_arg.yaml"},
       {{"training.global_batch_size=1"}, "exceeds global_batch_size"},
+      {{}, "LOOM_MAX_CPU_ISA=avx2 is not a CPU matrix path: use amx_bf16, avx512_bf16 or fp32", "train.yaml",
+       {{"LOOM_MAX_CPU_ISA", "avx2"}}},
   };
   int i = 0;
   for (const auto& c : cases) {
     SCOPED_TRACE(c.sets.empty() ? c.file : c.sets.front());
-    if (c.memory_limit) ::setenv("LOOM_MEMORY_LIMIT", c.memory_limit, 1);
+    for (const auto& [name, value] : c.env) ::setenv(name.c_str(), value.c_str(), 1);
     const std::string run_dir = dir.file("run" + std::to_string(i));
     std::vector<std::string> args = {"train", "--config", dir.file(c.file), "--output", run_dir};
     for (const auto& s : c.sets) args.insert(args.end(), {"--set", s});
@@ -189,7 +191,7 @@ TEST(TrainCli, EveryStartUpErrorOfTrainIsReportedByCheckConfig) {
     EXPECT_NE(report.find(c.message), std::string::npos) << report;
     if (code == 0) EXPECT_NE(report.find("note: loom train cannot run this file"), std::string::npos) << report;
     else EXPECT_EQ(code, 1) << report;
-    if (c.memory_limit) ::unsetenv("LOOM_MEMORY_LIMIT");
+    for (const auto& [name, value] : c.env) ::unsetenv(name.c_str());
     ++i;
   }
 }

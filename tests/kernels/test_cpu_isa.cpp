@@ -55,7 +55,7 @@ TEST(CpuIsa, ParsesTheAcceptedValuesAndNamesThemOnABadOne) {
     try {
       parse_max_cpu_isa(bad);
       ADD_FAILURE() << bad << " was accepted";
-    } catch (const ValueError& e) {
+    } catch (const ConfigError& e) {
       const std::string msg = e.what();
       EXPECT_NE(msg.find(std::string("LOOM_MAX_CPU_ISA=") + bad), std::string::npos) << msg;
       EXPECT_NE(msg.find("amx_bf16, avx512_bf16 or fp32"), std::string::npos) << msg;

@@ -78,11 +78,11 @@ Trainer::~Trainer() {
 }
 
 void Trainer::build() {
+  kernels::cpu::matrix_dispatch();  // a bad LOOM_MAX_CPU_ISA stops the run here, before any work
   prepare_run_directory();
   // Before anything is allocated: a bad callback entry stops the run as check-config reports it.
   configured_callbacks_ = make_configured_callbacks(config_.callbacks);
   apply_thread_env();
-  kernels::cpu::matrix_dispatch();  // a bad LOOM_MAX_CPU_ISA stops the run here, before any work
   peak_gflops_ = peak_flops(num_threads()).gflops * options_.world_size;
   manual_seed(static_cast<uint64_t>(config_.training.seed));
 

@@ -96,7 +96,7 @@ std::optional<MatrixPath> parse_max_cpu_isa(const std::string& value) {
   if (v.empty()) return std::nullopt;
   for (MatrixPath p : {MatrixPath::amx_bf16, MatrixPath::avx512_bf16, MatrixPath::fp32})
     if (v == matrix_path_name(p)) return p;
-  LOOM_THROW(ValueError, "LOOM_MAX_CPU_ISA=", value, " is not a CPU matrix path: use ", kAccepted,
+  LOOM_THROW(ConfigError, "LOOM_MAX_CPU_ISA=", value, " is not a CPU matrix path: use ", kAccepted,
              " (the highest path the bf16 GEMMs may take), or unset it to take the best the CPU has");
 }
 

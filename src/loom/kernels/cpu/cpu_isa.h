@@ -43,7 +43,7 @@ CpuFeatures detect_cpu_features();
 MatrixPath best_matrix_path(const CpuFeatures& features);
 
 // Parses LOOM_MAX_CPU_ISA's value ("amx_bf16", "avx512_bf16", "fp32"; case-insensitive); empty
-// means no cap (nullopt). Anything else raises ValueError naming the variable and the accepted
+// means no cap (nullopt). Anything else raises ConfigError naming the variable and the accepted
 // values.
 std::optional<MatrixPath> parse_max_cpu_isa(const std::string& value);
 
@@ -59,7 +59,7 @@ struct MatrixDispatch {
 
 // The process's dispatch: CPUID, LOOM_MAX_CPU_ISA, oneDNN's confirmation. Resolved on the first
 // call (thread-safe) and fixed for the life of the process; a bad LOOM_MAX_CPU_ISA raises
-// ValueError on that first call (the trainer and the benches make it at start-up).
+// ConfigError on that first call (the trainer and the benches make it at start-up).
 const MatrixDispatch& matrix_dispatch();
 
 // One line for logs and bench output, e.g.
