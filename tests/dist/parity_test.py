@@ -19,13 +19,15 @@ layout; runs go through mpirun exactly as users start them.
            checkpoint resumed at cp 1 and cp 4.
   pipeline pp 2/3/4 (1F1B), an uneven layer list, interleaved v 2, overlap_p2p, pp x fsdp, pp x tp, pp x cp,
            tied embeddings, DeepSeek-V3 with MTP at pp 2: step-1 loss within 1e-6 relative, 20-step
-           curves within 1e-5; checkpoints saved by pp 2 resume under one process, pp 4 and v 2.
+           curves within 1e-5; checkpoints saved by pp 2 resume under one process, pp 4 and v 2, and
+           one saved by pp 2 x cp 2 under one process.
   launch   `loom launch -n 2 -- train ...` trains like mpirun; layout errors end every rank quickly
            with the message (parallel_training.md "Parallelism Configuration Limitations").
   expert   expert parallelism on Qwen3-MoE and DeepSeek-V3: ep 2 and 4 with FSDP, efsdp, ep x tp
            (ep <= tp and ep > tp); curves within 1e-5, an ep 4 checkpoint resumed elsewhere, Muon.
   deredundancy  moe_token_dispatcher_type alltoall_deredundancy (nodes of npu_nums_per_device ranks) on
-           Qwen3-MoE and DeepSeek-V3 at 4 ranks: the one-process curve within 1e-5, step 1 within 1e-6.
+           Qwen3-MoE and DeepSeek-V3 at 4 ranks: the one-process curve within 1e-5, step 1 within 1e-6;
+           its checkpoint resumed by plain alltoall at ep 2.
 
 usage: parity_test.py --loom PATH --mpirun PATH --case curves|resume|launch|moe|tensor|muon|context|expert|deredundancy|pipeline [--keep DIR]
 """
@@ -469,6 +471,14 @@ def deredundancy(args, work):
             if rel > 1e-6:
                 raise SystemExit("FAIL: %s %s step-1 loss %.17g vs one process %.17g" % (arch, name, got[1], ref[1]))
             compare("%s %s" % (arch, name), got, ref, 1e-5)
+    # Experts saved under their global indices by the de-redundant layout resume under plain
+    # alltoall at ep 2 and continue the one-process curve.
+    saved, saved_dir = run(args, work, "deepseek_v3_dered_saving", 4, save=True, parallel_extra=dered(4, 2),
+                           model=DEEPSEEK_TP)
+    compare("deepseek_v3 ep4_nodes_of_2 (saving)", saved, ref, 1e-5)
+    got, _ = run(args, work, "resume_dered_to_ep2", 2, parallel_extra="\n  expert_parallel: 2", model=DEEPSEEK_TP,
+                 load_path=os.path.join(saved_dir, "checkpoints", "iteration_00000010"))
+    compare("saved by ep4 nodes of 2, resumed by ep2 alltoall", got, ref, 1e-5, first=11)
 
 
 def write_packed_data(prefix, vocab=96, eod=95, num_tokens=60000):
@@ -589,6 +599,13 @@ def pipeline(args, work):
                                                     "\n  context_parallel_method: ulysses"))):
         got, _ = run(args, work, name, 4, parallel_extra=extra, model=cp_model)
         compare_step1_and_curve(name, got, cp_ref, "pp_cp_one_process")
+    # A pp2 x cp2 checkpoint resumes on one process.
+    saved, saved_dir = run(args, work, "pp2_cp2_saving", 4, save=True, parallel_extra=pp(2, "\n  context_parallel: 2"),
+                           model=cp_model)
+    compare("pp2_cp2 (saving)", saved, cp_ref, 1e-5)
+    got, _ = run(args, work, "resume_pp2_cp2_to_1", 1, model=cp_model,
+                 load_path=os.path.join(saved_dir, "checkpoints", "iteration_00000010"))
+    compare("saved by pp2 x cp2, resumed by 1", got, cp_ref, 1e-5, first=11)
     mtp_cp = DEEPSEEK + "  use_attn_mask_compression: True\n"
     mtp_cp_ref, _ = run(args, work, "deepseek_v3_mtp_cp_one_process", 1, model=mtp_cp)
     got, _ = run(args, work, "deepseek_v3_mtp_pp2_cp2", 4, parallel_extra=pp(2, "\n  context_parallel: 2"), model=mtp_cp)
