@@ -15,7 +15,8 @@ ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-2}
 PY=/usr/bin/python3
 mkdir -p bench-data
-echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $THREADS threads"
+source bench/cpu_header.sh
+LOOM_BIN=$NEW print_cpu_header "$THREADS threads"
 
 median_tps() {  # metrics.jsonl, warm-up steps to skip -> median tokens/s
   $PY - "$1" "$2" <<'PYEOF'

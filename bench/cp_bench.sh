@@ -20,10 +20,11 @@ STEPS=${STEPS:-2}
 PACKED_SEQ=${PACKED_SEQ:-2048}
 A2A_SEQ=${A2A_SEQ:-2048}
 PY=/usr/bin/python3
-scripts/build.sh --target bench_cp >/dev/null
+scripts/build.sh --target bench_cp loom >/dev/null
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 LOOM_NUM_THREADS=1 OMP_NUM_THREADS=1
 FLAGS="--oversubscribe --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca mpi_yield_when_idle 1"
-echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(getconf _NPROCESSORS_ONLN) cores, 1 thread per process"
+source bench/cpu_header.sh
+print_cpu_header "1 thread per process"
 echo "model: llama, 2 layers, hidden 256, 8 heads (4 KV heads), ffn 512, vocab 2048, batch 1, fp32"
 
 bench() {  # processes, bench_cp arguments...: prints the RESULT json

@@ -20,10 +20,11 @@ ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-6}
 EP=${EP:-"2 4"}
 PY=/usr/bin/python3
-scripts/build.sh --target bench_ep >/dev/null
+scripts/build.sh --target bench_ep loom >/dev/null
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 LOOM_NUM_THREADS=1 OMP_NUM_THREADS=1
 FLAGS="--oversubscribe --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca mpi_yield_when_idle 1"
-echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(getconf _NPROCESSORS_ONLN) cores, 1 thread per process"
+source bench/cpu_header.sh
+print_cpu_header "1 thread per process"
 
 deepseek_v3=(--config configs/bench/size_a.yaml --set train_dataset.dataloader.config.seq_length=128
              --set model.model_type=deepseek_v3 --set model.architectures=DeepseekV3ForCausalLM

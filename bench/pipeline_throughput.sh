@@ -15,10 +15,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-6}
 PY=/usr/bin/python3
-scripts/build.sh --target bench_pipeline >/dev/null
+scripts/build.sh --target bench_pipeline loom >/dev/null
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 LOOM_NUM_THREADS=1 OMP_NUM_THREADS=1
 FLAGS="--oversubscribe --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca mpi_yield_when_idle 1"
-echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(getconf _NPROCESSORS_ONLN) cores, 1 thread per process"
+source bench/cpu_header.sh
+print_cpu_header "1 thread per process"
 BASE=(--config configs/bench/size_a.yaml --set training.local_batch_size=1 --set training.global_batch_size=8
       --steps "$STEPS" --warmup 1)
 bench() {  # processes, name, bench_pipeline arguments...: prints the summary

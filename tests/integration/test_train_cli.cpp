@@ -196,6 +196,22 @@ TEST(TrainCli, EveryStartUpErrorOfTrainIsReportedByCheckConfig) {
   }
 }
 
+// `loom cpu` names the matrix path the bench scripts print next to their figures; a bad
+// LOOM_MAX_CPU_ISA is an error naming it, extra arguments a usage error.
+TEST(TrainCli, CpuPrintsTheMatrixPath) {
+  lt::TempDir dir;
+  EXPECT_EQ(run({"cpu"}, dir.file("a")), 0);
+  const std::string out = slurp(dir.file("a"));
+  EXPECT_NE(out.find("cpu matrix path: "), std::string::npos) << out;
+  EXPECT_TRUE(out.find("amx_bf16") != std::string::npos || out.find("avx512_bf16") != std::string::npos ||
+              out.find("fp32") != std::string::npos) << out;
+  ::setenv("LOOM_MAX_CPU_ISA", "avx2", 1);
+  EXPECT_EQ(run({"cpu"}, dir.file("b")), 1);
+  ::unsetenv("LOOM_MAX_CPU_ISA");
+  EXPECT_NE(slurp(dir.file("b")).find("LOOM_MAX_CPU_ISA=avx2 is not a CPU matrix path"), std::string::npos);
+  EXPECT_EQ(run({"cpu", "extra"}, dir.file("c")), 2);
+}
+
 // --threads above the cores warns and clamps (MFU is computed from the threads used).
 TEST(TrainCli, ThreadsAboveTheCoresAreClamped) {
   lt::TempDir dir;
