@@ -17,6 +17,7 @@
 #include "loom/core/trace.h"
 #include "loom/dist/sharded_checkpoint.h"
 #include "loom/kernels/cpu/cpu_isa.h"
+#include "loom/ops/weight_cast.h"
 #include "loom/optim/grad_norm.h"
 #include "loom/optim/lr_scheduler.h"
 #include "loom/optim/optimizer_factory.h"
@@ -344,7 +345,12 @@ void Trainer::fire(void (Callback::*event)(CallbackContext&), StepMetrics* metri
 }
 
 int64_t Trainer::train_step(StepMetrics& m) {
-  const StepResult r = schedule_->run_step([this] { return loader_->next(); });
+  // Mixed precision: every micro-batch of the step multiplies by the same bf16 copies of the
+  // weights, made at their first use and dropped before the optimizer writes the fp32 weights.
+  const StepResult r = [this] {
+    ops::WeightCastScope weight_casts;
+    return schedule_->run_step([this] { return loader_->next(); });
+  }();
   state_.epoch = r.epoch;
   double grad_norm;
   {
