@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,8 @@ struct FsdpShardGroup {
 };
 
 struct FsdpBucket {
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;         // of the parameters and their shard
+  DType gather_dtype = DType::f32;  // of the all-gather and the full buffer (fsdp.h: compute_dtype)
   FsdpShardGroup shard;      // the unit's shard group, or the expert group (efsdp)
   int64_t shard_numel = 0;   // per rank: Σ c·row_numel
   int64_t full_numel = 0;    // Σ rows·row_numel
@@ -58,6 +60,7 @@ struct FsdpUnitConfig {
   // (efsdp) have other sizes, while its grads are a sum over the same data (expert_parallel.h).
   double data_parallel_ranks = 1;
   bool cpu_offload = false;
+  std::optional<DType> compute_dtype;  // FsdpOptions::compute_dtype
   // The mesh axis the unit's shard group spans, recorded in the parameters' placements.
   std::string shard_axis = "fsdp";
 };

@@ -12,7 +12,11 @@ Linear::Linear(int64_t in_features, int64_t out_features, const LinearOptions& o
   LOOM_CHECK(in_features > 0 && out_features > 0, ValueError, "Linear: sizes must be positive, got in=",
              in_features, " out=", out_features);
   weight_ = &register_parameter("weight", {out_features, in_features}, o.dtype, o.init, o.device);
-  if (o.bias) bias_ = &register_parameter("bias", {out_features}, o.dtype, Init::zeros(), o.device);
+  weight_->multiplied_in_compute_dtype = true;
+  if (o.bias) {
+    bias_ = &register_parameter("bias", {out_features}, o.dtype, Init::zeros(), o.device);
+    bias_->multiplied_in_compute_dtype = true;
+  }
 }
 
 Tensor Linear::forward(const Tensor& x) {

@@ -14,6 +14,7 @@ GroupedExperts::GroupedExperts(const TransformerConfig& c) : Module("GroupedExpe
                                  Device::meta());
   weight2_ = &register_parameter("weight2", {E, ffn, c.hidden_size}, c.params_dtype, Init::normal(c.init_std),
                                  Device::meta());
+  weight1_->multiplied_in_compute_dtype = weight2_->multiplied_in_compute_dtype = true;
 }
 
 Tensor GroupedExperts::forward(const Tensor& tokens, const Tensor& tokens_per_expert) {
