@@ -191,9 +191,10 @@ ENV = dict(os.environ, LOOM_NUM_THREADS="1", OMP_NUM_THREADS="1", OMPI_ALLOW_RUN
 
 
 def run(args, work, name, world, shard=-1, steps=STEPS, save=False, load_path="", launch=False, parallel_extra="",
-        model=None, sections="", optimizer=None, edit_config=None):
+        model=None, sections="", optimizer=None, edit_config=None, launch_options=()):
     """Trains `name` at `world` processes and returns its losses by step and its run directory;
-    edit_config(text) -> text rewrites the written config first (e.g. another dataset)."""
+    edit_config(text) -> text rewrites the written config first (e.g. another dataset);
+    launch_options (e.g. a hostfile) start it through `loom launch` with them."""
     config, run_dir = write_config(work, name, steps, shard, save, load_path, parallel_extra, model, sections,
                                    optimizer)
     if edit_config:
@@ -202,8 +203,9 @@ def run(args, work, name, world, shard=-1, steps=STEPS, save=False, load_path=""
         with open(config, "w") as f:
             f.write(text)
     cmd = [args.loom, "train", "--config", config, "--output", run_dir]
-    if launch:
-        cmd = [args.loom, "launch", "-n", str(world), "--mpirun", args.mpirun, "--threads", "1", "--"] + cmd[1:]
+    if launch or launch_options:
+        cmd = [args.loom, "launch", "-n", str(world), "--mpirun", args.mpirun, "--threads", "1"] + list(
+            launch_options) + ["--"] + cmd[1:]
     elif world > 1:
         cmd = [args.mpirun, "-np", str(world)] + MPI_FLAGS + cmd
     t0 = time.time()
