@@ -2,7 +2,8 @@
 //
 // Starts N copies of this loom program under mpirun (one process per device, like msrun in the
 // spec), with the flags that work here: as root, more ranks than cores, shared memory between
-// the processes of one host and TCP on loopback (or on the hosts' network with a hostfile).
+// the processes of one host and TCP on loopback (or on the hosts' network with a hostfile or
+// inside a Slurm allocation of several nodes, where mpirun finds the nodes itself).
 // `mpirun -np N loom train ...` works too; this only saves remembering the flags.
 #include <unistd.h>
 
@@ -24,9 +25,10 @@ const char* kUsage =
     "usage: loom launch -n N [--hostfile FILE] [--mca KEY VALUE]... [--threads T] [--mpirun PATH] [--dry-run] -- <command> "
     "[options]\n"
     "  -n N             number of processes (world size)\n"
-    "  --hostfile FILE  hosts to spread the processes over (mpirun's hostfile); default: this machine\n"
+    "  --hostfile FILE  hosts to spread the processes over (mpirun's hostfile); default: this machine, or the\n"
+    "                   nodes of the Slurm allocation it runs in (salloc / sbatch)\n"
     "  --mca KEY VALUE  an Open MPI parameter for mpirun (repeatable); replaces loom's own value for KEY\n"
-    "                   (btl self,vader,tcp; mpi_yield_when_idle 1; without a hostfile btl_tcp_if_include and\n"
+    "                   (btl self,vader,tcp; mpi_yield_when_idle 1; on one host btl_tcp_if_include and\n"
     "                   oob_tcp_if_include lo), e.g. --mca btl_tcp_if_include eth1 --mca plm_rsh_agent ssh\n"
     "  --threads T      compute threads per process (default: LOOM_NUM_THREADS, else cores / processes)\n"
     "  --mpirun PATH    the MPI launcher (default: mpirun on PATH)\n"
@@ -55,6 +57,15 @@ std::string self_path() {
   return buf;
 }
 
+
+// Inside a Slurm allocation of several nodes mpirun spreads the ranks over them by itself.
+bool in_multi_node_allocation() {
+  for (const char* var : {"SLURM_JOB_NUM_NODES", "SLURM_NNODES"}) {
+    int nodes = 0;
+    if (const char* v = std::getenv(var); v && loom::app::parse_positive(v, &nodes)) return nodes > 1;
+  }
+  return false;
+}
 
 int run_launch(const std::vector<std::string>& args) {
   int n = 0, threads = 0;
@@ -114,10 +125,11 @@ int run_launch(const std::vector<std::string>& args) {
                  kUsage);
     return 2;
   }
+  const bool one_host = hostfile.empty() && !in_multi_node_allocation();
   if (threads == 0) {
     if (const char* env = std::getenv("LOOM_NUM_THREADS"); env && *env) loom::app::parse_positive(env, &threads);
-    // One host: share its cores (a hostfile spreads ranks; each host's cores / its ranks is unknown here).
-    if (threads == 0) threads = hostfile.empty() ? std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / n) : 1;
+    // One host: share its cores (over several hosts, each host's cores / its ranks is unknown here).
+    if (threads == 0) threads = one_host ? std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / n) : 1;
   }
   const std::string t = std::to_string(threads);
   ::setenv("LOOM_NUM_THREADS", t.c_str(), 1);
@@ -130,7 +142,7 @@ int run_launch(const std::vector<std::string>& args) {
                     {"btl", "self,vader,tcp"},
                     // ranks sharing cores give them up while they wait
                     {"mpi_yield_when_idle", "1"}};
-  if (hostfile.empty()) {
+  if (one_host) {
     set_mca(&mca, "btl_tcp_if_include", "lo");
     set_mca(&mca, "oob_tcp_if_include", "lo");
   }

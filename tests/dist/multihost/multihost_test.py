@@ -11,6 +11,8 @@ default by-slot mapping (ranks 0-1 on A, 2-3 on B), shared memory inside a host,
   tp      tp 2 inside each host, FSDP 2 across: step 1 within 1e-6 relative, curve within 1e-5.
   killed  the ranks of host B are killed (kill -9) mid-run: the job ends on host A within the
           collective watchdog's timeout, naming host B.
+          Both fault cases pin Open MPI's ports (docs/distributed.md's firewall recipe) and check,
+          while the job runs, that every connection between the hosts was accepted on one of them.
   hung    the ranks of host B are stopped (SIGSTOP: a host that hangs with its connections open, which
           MPI cannot notice): host A's watchdog ends the job within the timeout plus a few seconds.
 
@@ -21,6 +23,7 @@ the grad reduce-scatter between the FSDP pairs), read from the veth's counters o
 usage: multihost_test.py --loom PATH --mpirun PATH --case hsdp|tp|killed|hung
 """
 import argparse
+import ipaddress
 import os
 import re
 import shutil
@@ -34,6 +37,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import parity_test  # noqa: E402  (the fixtures and comparisons of the one-host parity cases)
 
 WATCHDOG_S = 10  # LOOM_COLLECTIVE_TIMEOUT_S for the fault cases
+# The fault cases pin Open MPI's listening ports as docs/distributed.md tells firewalled clusters to:
+# the TCP BTL's range (btl_tcp_port_min_v4, btl_tcp_port_range_v4) and the daemons' OOB port.
+BTL_PORT_MIN, BTL_PORT_RANGE, OOB_PORT = 23000, 100, 23200
 
 
 class Hosts:
@@ -50,12 +56,35 @@ class Hosts:
         with open(self.hostfile, "w") as f:
             f.write("%s slots=2\n%s slots=2\n" % (self.a, self.b))
 
-    def launch_options(self, btl=None):
+    def launch_options(self, btl=None, pinned_ports=False):
         options = ["--hostfile", self.hostfile, "--mca", "plm_rsh_agent", self.agent,
                    # every daemon started from host A: the agent knows the namespaces, not the hosts
                    "--mca", "plm_rsh_no_tree_spawn", "1",
                    "--mca", "btl_tcp_if_include", self.subnet, "--mca", "oob_tcp_if_include", self.subnet]
+        if pinned_ports:
+            options += ["--mca", "btl_tcp_port_min_v4", str(BTL_PORT_MIN), "--mca", "btl_tcp_port_range_v4",
+                        str(BTL_PORT_RANGE), "--mca", "oob_tcp_static_ipv4_ports", str(OOB_PORT)]
         return options + (["--mca", "btl", btl] if btl else [])
+
+    def check_pinned_ports(self):
+        """Every TCP connection between the hosts was accepted on a pinned port (the side that
+        dialled uses an ephemeral one): a firewall open for those ports alone lets the job run."""
+        pinned = set(range(BTL_PORT_MIN, BTL_PORT_MIN + BTL_PORT_RANGE)) | {OOB_PORT}
+        link, seen = ipaddress.ip_network(self.subnet), 0
+        for host in (self.a, self.b):
+            out = subprocess.check_output(self.in_host(host, ["ss", "-Htn", "state", "established"]), text=True)
+            for line in out.splitlines():
+                (local_ip, local_port), (_, peer_port) = (f.rsplit(":", 1) for f in line.split()[2:4])
+                if ipaddress.ip_address(local_ip) not in link:
+                    continue
+                seen += 1
+                if int(local_port) not in pinned and int(peer_port) not in pinned:
+                    raise SystemExit("FAIL: %s: connection %s joins no pinned port (%d-%d, %d)" % (
+                        host, line.strip(), BTL_PORT_MIN, BTL_PORT_MIN + BTL_PORT_RANGE - 1, OOB_PORT))
+        if seen == 0:
+            raise SystemExit("FAIL: no TCP connection between the hosts while the job ran")
+        print("  %d connection ends between the hosts, each joining a pinned port (btl %d-%d, oob %d)" % (
+            seen, BTL_PORT_MIN, BTL_PORT_MIN + BTL_PORT_RANGE - 1, OOB_PORT))
 
     def in_host(self, host, cmd):
         return cmd if host == self.a else ["ip", "netns", "exec", host] + cmd
@@ -150,8 +179,8 @@ def fault(args, work, hosts, how):
     """Stops host B's ranks by `how` (a signal) once the run is stepping; returns (seconds from the
     signal to the end of the job on host A, its exit code, its output)."""
     config, run_dir = parity_test.write_config(work, "hsdp_" + how, steps=100000, shard=2)
-    cmd = ([args.loom, "launch", "-n", "4", "--mpirun", args.mpirun, "--threads", "1"] + hosts.launch_options()
-           + ["--", "train", "--config", config, "--output", run_dir])
+    cmd = ([args.loom, "launch", "-n", "4", "--mpirun", args.mpirun, "--threads", "1"]
+           + hosts.launch_options(pinned_ports=True) + ["--", "train", "--config", config, "--output", run_dir])
     log_path = os.path.join(work, how + ".out")
     env = dict(parity_test.ENV, LOOM_COLLECTIVE_TIMEOUT_S=str(WATCHDOG_S))
     with open(log_path, "w") as log:
@@ -162,6 +191,7 @@ def fault(args, work, hosts, how):
                 if job.poll() is not None or time.time() > deadline:
                     raise SystemExit("FAIL: the run did not reach step 3 (exit %s):\n%s" % (job.poll(), open(log_path).read()))
                 time.sleep(0.1)
+            hosts.check_pinned_ports()
             victims = hosts.loom_pids(hosts.b)
             if len(victims) != 2:
                 raise SystemExit("FAIL: expected host B's 2 ranks among its processes, found loom pids %s" % victims)
