@@ -58,7 +58,7 @@ class Hosts:
 
     def launch_options(self, btl=None, pinned_ports=False):
         options = ["--hostfile", self.hostfile, "--mca", "plm_rsh_agent", self.agent,
-                   # every daemon started from host A: the agent knows the namespaces, not the hosts
+                   # the docs' recipe where only the first host may ssh to the others
                    "--mca", "plm_rsh_no_tree_spawn", "1",
                    "--mca", "btl_tcp_if_include", self.subnet, "--mca", "oob_tcp_if_include", self.subnet]
         if pinned_ports:
@@ -243,6 +243,10 @@ def main():
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--case", choices=["hsdp", "tp", "killed", "hung"], required=True)
     args = ap.parse_args()
+    version = subprocess.run([args.mpirun, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if "Open MPI" not in version.stdout:
+        print("SKIP: %s is not Open MPI's mpirun (hostfile, --mca and rsh agent are Open MPI's)" % args.mpirun)
+        sys.exit(77)
     work = tempfile.mkdtemp(prefix="loom-multihost-")
     try:
         hosts = Hosts(work)

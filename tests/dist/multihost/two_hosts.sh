@@ -16,18 +16,18 @@
 # COMMAND is killed after LIMIT_S seconds (so the clean-up runs before any outer timeout).
 #
 # Exit code 77 (CTest's SKIP_RETURN_CODE) where namespaces cannot be made: not root, no
-# CAP_NET_ADMIN / CAP_SYS_ADMIN, no ip or unshare.
+# CAP_NET_ADMIN / CAP_SYS_ADMIN, no ip, ss or unshare (multihost_test.py adds: no Open MPI).
 set -u
 limit=$1; shift
 here=$(cd "$(dirname "$0")" && pwd)
 
 skip() {
-  echo "SKIP: $* (the multi-host test needs root with CAP_NET_ADMIN and CAP_SYS_ADMIN, and iproute2's ip" \
+  echo "SKIP: $* (the multi-host test needs root with CAP_NET_ADMIN and CAP_SYS_ADMIN, and iproute2's ip and ss" \
        "and util-linux's unshare, to build two hosts out of network namespaces)"
   exit 77
 }
 [ "$(id -u)" -eq 0 ] || skip "not running as root (uid $(id -u))"
-for tool in ip unshare timeout; do
+for tool in ip ss unshare timeout; do
   command -v "$tool" > /dev/null || skip "'$tool' is not installed"
 done
 unshare --uts true 2> /dev/null || skip "cannot create a UTS namespace (unshare --uts failed)"
