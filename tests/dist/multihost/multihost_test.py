@@ -14,7 +14,7 @@ default by-slot mapping (ranks 0-1 on A, 2-3 on B), shared memory inside a host,
           Both fault cases pin Open MPI's ports (docs/distributed.md's firewall recipe) and check,
           while the job runs, that every connection between the hosts was accepted on one of them.
   hung    the ranks of host B are stopped (SIGSTOP: a host that hangs with its connections open, which
-          MPI cannot notice): host A's watchdog ends the job within the timeout plus a few seconds.
+          MPI cannot notice): host A's watchdog ends the job within the timeout plus 10 s.
 
 In hsdp and tp, each direction of the link carries at least one fp32 copy of the parameters per
 step (HSDP: the replica all-reduce of both ranks' grad shards; TP x FSDP: the parameter gather and
@@ -229,11 +229,12 @@ def hung(args, work, hosts):
     took, rc, out = fault(args, work, hosts, "hung")
     # Nothing died, no connection closed: only host A's watchdog can end the job.
     expected = r"\[rank [01]\] error: collective \w+ on mesh axis '\w+' \(group of \d ranks\) did not finish within"
+    # The timeout, then MPI_Abort's kill sequence over both hosts (1-3 s measured here, under load).
+    bound = WATCHDOG_S + 10
     print("  the job ended %.1fs after the stop, exit code %d" % (took, rc))
-    if rc == 0 or not re.search(expected, out) or took > WATCHDOG_S + 5:
+    if rc == 0 or not re.search(expected, out) or took > bound:
         print(out)
-        raise SystemExit("FAIL: expected host A's watchdog ('%s') to end the job within %d s" % (expected,
-                                                                                               WATCHDOG_S + 5))
+        raise SystemExit("FAIL: expected host A's watchdog ('%s') to end the job within %d s" % (expected, bound))
     print("  " + re.search(expected + r"[^;]*", out).group(0))
 
 
