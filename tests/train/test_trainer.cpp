@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/core/allocator.h"
+#include "loom/core/parallel.h"
+#include "loom/train/hardware.h"
 #include "trainer_fixture.h"
 
 using namespace loom;
@@ -256,4 +258,27 @@ TEST(Trainer, MemoryEstimateIsALowerBoundOfTheMeasuredPeak) {
   EXPECT_GE(peak, estimate.per_rank_bytes());
   // A lower bound that is not far off: the step holds less than three times the estimate.
   EXPECT_LT(peak, 3 * estimate.per_rank_bytes()) << "estimate " << estimate.per_rank_bytes() << " peak " << peak;
+}
+
+// MFU divides by the peak of the unit the products run on (train/hardware.h), for fp32 and bf16
+// compute alike, and every metrics.jsonl line names that peak.
+TEST(Trainer, MfuIsMeasuredAgainstThePeakOfTheComputeUnit) {
+  for (const char* compute : {"float32", "bfloat16"}) {
+    lt::TempDir dir;
+    auto data = lt::write_pattern_dataset(dir);
+    Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 2, "checkpoint:\n  enable_save: False\n"),
+                              {std::string("model.compute_dtype=") + compute}),
+              build_causal_lm, lt::quiet_options(dir.file("run")));
+    t.train();
+    const PeakFlops peak = peak_flops(num_threads(), t.resolved().model_args().compute_dtype);
+    std::ifstream in(fs::path(dir.file("run")) / "metrics.jsonl");
+    int lines = 0;
+    for (std::string line; std::getline(in, line); ++lines) {
+      const auto j = nlohmann::json::parse(line);
+      EXPECT_EQ(j["mfu_peak"].get<std::string>(), peak.description) << compute;
+      const double expected = t.model().flops_per_token(t.seq_length()) * j["tokens_per_s"].get<double>() / (peak.gflops * 1e9);
+      EXPECT_NEAR(j["mfu"].get<double>(), expected, 1e-9 * expected) << compute;
+    }
+    EXPECT_EQ(lines, 2) << compute;
+  }
 }
