@@ -200,7 +200,9 @@ void FsdpUnit::unshard() {
     Tensor gathered = b.shard_flat;
     if (n > 1) {
       gathered = Tensor::empty({b.shard_numel * n}, b.dtype);
+      const int64_t sent_before = b.shard.group->stats().bytes_sent;
       b.shard.group->all_gather(b.shard_flat, gathered);
+      gather_bytes_sent_ += b.shard.group->stats().bytes_sent - sent_before;
     }
     // Rank r's block of each parameter is rows [r·c, r·c + len_r): contiguous in both layouts.
     const size_t es = dtype_size(b.dtype);
