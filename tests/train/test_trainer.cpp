@@ -282,3 +282,28 @@ TEST(Trainer, MfuIsMeasuredAgainstThePeakOfTheComputeUnit) {
     EXPECT_EQ(lines, 2) << compute;
   }
 }
+
+// bf16 compute (fp32 master weights) follows the fp32 loss curve of the same deterministic run:
+// every step within a few bf16 roundings of it, the end within 1% (bench/bf16_convergence.sh
+// checks the 300-step demo the same way). Runs on whatever matrix path the CPU has.
+TEST(Trainer, Bf16ComputeFollowsTheFp32LossCurve) {
+  std::map<std::string, std::vector<double>> curves;
+  for (const char* compute : {"float32", "bfloat16"}) {
+    lt::TempDir dir;
+    auto data = lt::write_pattern_dataset(dir);
+    Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 30, 4, 4, "checkpoint:\n  enable_save: False\n"),
+                              {std::string("model.compute_dtype=") + compute}),
+              build_causal_lm, lt::quiet_options(dir.file("run")));
+    t.train();
+    curves[compute] = losses_of(dir.file("run"));
+  }
+  const auto& fp32 = curves["float32"];
+  const auto& bf16 = curves["bfloat16"];
+  ASSERT_EQ(fp32.size(), 30u);
+  ASSERT_EQ(bf16.size(), 30u);
+  EXPECT_LT(fp32.back(), fp32.front() - 1.0) << "the fp32 run did not learn: the comparison would say nothing";
+  EXPECT_NE(bf16, fp32) << "bf16 compute gave the fp32 bits: it did not run in bf16";
+  for (size_t i = 0; i < fp32.size(); ++i)
+    EXPECT_NEAR(bf16[i], fp32[i], 0.03 * fp32[i]) << "step " << i + 1;
+  EXPECT_NEAR(bf16.back(), fp32.back(), 0.01 * fp32.back());
+}
