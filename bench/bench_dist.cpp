@@ -46,6 +46,7 @@
 #include "loom/optim/grad_norm.h"
 #include "loom/optim/muon.h"
 #include "loom/train/causal_lm_model.h"
+#include "loom/train/hardware.h"
 #include "loom/train/muon_sharding.h"
 #include "cpu_path.h"
 
@@ -256,6 +257,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     Json r = {{"size", size_name},
               {"processes", n},
               {"threads_per_process", num_threads()},
+              {"cpu", train::cpu_model_name()},
               {"cpu_matrix_path", bench::cpu_matrix_path()},
               {"compute_dtype", compute_dtype},
               {"params_dtype", params_dtype},
