@@ -13,7 +13,7 @@ scripts/build.sh --target loom >/dev/null
 scripts/get-demo-data.sh >/dev/null
 source bench/cpu_header.sh
 print_cpu_header "1 process, loom train's default threads"
-rm -rf "$OUT"
+rm -rf "$OUT" && mkdir -p "$OUT"
 for compute in float32 bfloat16; do
   build/apps/loom/loom train --config configs/demo/llama_demo.yaml --output "$OUT/$compute" \
     --set training.steps="$STEPS" --set checkpoint.enable_save=False --set model.compute_dtype="$compute" \

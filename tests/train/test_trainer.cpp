@@ -284,7 +284,7 @@ TEST(Trainer, MfuIsMeasuredAgainstThePeakOfTheComputeUnit) {
 }
 
 // bf16 compute (fp32 master weights) follows the fp32 loss curve of the same deterministic run:
-// every step within a few bf16 roundings of it, the end within 1% (bench/bf16_convergence.sh
+// every step and the end within 1% (measured here: 2e-4 at most; bench/bf16_convergence.sh
 // checks the 300-step demo the same way). Runs on whatever matrix path the CPU has.
 TEST(Trainer, Bf16ComputeFollowsTheFp32LossCurve) {
   std::map<std::string, std::vector<double>> curves;
@@ -304,6 +304,6 @@ TEST(Trainer, Bf16ComputeFollowsTheFp32LossCurve) {
   EXPECT_LT(fp32.back(), fp32.front() - 1.0) << "the fp32 run did not learn: the comparison would say nothing";
   EXPECT_NE(bf16, fp32) << "bf16 compute gave the fp32 bits: it did not run in bf16";
   for (size_t i = 0; i < fp32.size(); ++i)
-    EXPECT_NEAR(bf16[i], fp32[i], 0.03 * fp32[i]) << "step " << i + 1;
+    EXPECT_NEAR(bf16[i], fp32[i], 0.01 * fp32[i]) << "step " << i + 1;
   EXPECT_NEAR(bf16.back(), fp32.back(), 0.01 * fp32.back());
 }
