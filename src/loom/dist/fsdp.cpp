@@ -212,6 +212,12 @@ int64_t FullyShardedModel::grad_reduce_bytes() const {
   return bytes;
 }
 
+int64_t FullyShardedModel::param_gather_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& unit : units_) bytes += unit->gather_bytes_sent();
+  return bytes;
+}
+
 void FullyShardedModel::reset_comm_stats() {
   mesh_->group("fsdp").reset_stats();
   mesh_->group("dp_replicate").reset_stats();

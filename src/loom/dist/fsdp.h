@@ -110,6 +110,9 @@ class FullyShardedModel {
   CommStats comm_stats() const;
   // The part of comm_stats().bytes_sent that grad reductions sent, since the last reset.
   int64_t grad_reduce_bytes() const;
+  // The part that parameter all-gathers sent (each bucket in its parameters' dtype: float32
+  // parameters are gathered in float32 even under bf16 compute, see docs/distributed.md).
+  int64_t param_gather_bytes() const;
   void reset_comm_stats();
 
  private:

@@ -209,7 +209,9 @@ void FsdpUnit::unshard() {
     Tensor gathered = shard;
     if (n > 1) {
       gathered = Tensor::empty({b.shard_numel * n}, b.gather_dtype);
+      const int64_t sent_before = b.shard.group->stats().bytes_sent;
       b.shard.group->all_gather(shard, gathered);
+      gather_bytes_sent_ += b.shard.group->stats().bytes_sent - sent_before;
     }
     // Rank r's block of each parameter is rows [r·c, r·c + len_r): contiguous in both layouts.
     const size_t es = dtype_size(b.gather_dtype);

@@ -111,7 +111,9 @@ class FsdpUnit : public std::enable_shared_from_this<FsdpUnit> {
   void zero_grad();
   // Bytes this unit's grad reductions sent (reduce-scatter and replicate all-reduce) since reset.
   int64_t reduce_bytes_sent() const { return reduce_bytes_sent_; }
-  void reset_reduce_bytes() { reduce_bytes_sent_ = 0; }
+  // Bytes this unit's parameter all-gathers sent (in each bucket's parameter dtype) since reset.
+  int64_t gather_bytes_sent() const { return gather_bytes_sent_; }
+  void reset_reduce_bytes() { reduce_bytes_sent_ = gather_bytes_sent_ = 0; }
 
  private:
   void point_leaves_at_full();
@@ -125,7 +127,7 @@ class FsdpUnit : public std::enable_shared_from_this<FsdpUnit> {
   bool gathered_ = false;
   size_t trainable_count_ = 0, ready_count_ = 0;
   bool requires_gradient_sync_ = true;
-  int64_t reduce_bytes_sent_ = 0;
+  int64_t reduce_bytes_sent_ = 0, gather_bytes_sent_ = 0;
   std::shared_ptr<autograd::SavedTensorHooks> hooks_;
 };
 
