@@ -19,9 +19,10 @@
 // every other dtype or path, is the fp32 kernel unchanged, bit for bit.
 //
 // The products are a small vdpbf16ps micro-kernel (cpu/attention_bf16.h) rather than oneDNN
-// matmul on tiles: measured on a Zen 5 (bench_attention, one thread) on the flash tiles, the
-// micro-kernel takes 4.8 µs for Q·Kᵀ [64,64]·[64,256] and 5.3 µs for P·V [64,256]·[256,64],
-// packing from fp32 included; a cached oneDNN primitive takes 6.3 and 6.4 µs, before the P
+// matmul on tiles: measured on a Zen 5 (bench_attention, one thread, CPU time) on the flash tiles,
+// the micro-kernel takes 4.8 µs for Q·Kᵀ [64,64]·[64,256] and 5.1-5.3 µs for P·V [64,256]·[256,64]
+// (~400-440 GFLOP/s), packing from fp32 included; a cached oneDNN primitive takes 6.2-6.5 µs for
+// either (~330 GFLOP/s), before the P
 // tile's own rounding to bf16 and with a lock per call on the shared primitive cache. At these
 // sizes oneDNN's per-call cost (memory objects, the cache lookup, the stream) is what decides; the
 // micro-kernel also reads K and V packed once per call instead of once per tile. AMX would need
