@@ -7,6 +7,14 @@
 // 2.5 × forward (five GEMMs instead of two); forward+backward = 3.5 × forward. Recomputation of P
 // in the backward is not counted as useful work. The sgemm reference: [S,64]×[64,S] (QKᵀ shape)
 // and [S,S]×[S,64] (PV shape), each 2·S²·64 FLOPs, combined as total FLOPs / total time.
+//
+// Size B (batch 4, seq 512, 12 heads / 4 kv heads, head dim 64, causal): the kernel's forward and
+// backward timed apart, for fp32 inputs, bf16 inputs on the fp32 path (widened to fp32 sgemm
+// tiles) and bf16 inputs on the process's matrix path (bf16 tile products where it is a bf16
+// path). On CPUs with AVX512-BF16 also the two ways of putting one flash tile on the bf16 units
+// side by side, single-threaded: oneDNN's cached matmul primitive on bf16 tiles against the
+// kernel's vdpbf16ps micro-kernel (packing from fp32 included), on the QKᵀ [64,64]·[64,256] and
+// PV [64,256]·[256,64] tiles.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -19,6 +27,9 @@
 #include "loom/autograd/engine.h"
 #include "loom/core/parallel.h"
 #include "loom/core/rng.h"
+#include "loom/kernels/cpu/attention.h"
+#include "loom/kernels/cpu/attention_bf16.h"
+#include "loom/kernels/cpu/onednn_gemm.h"
 #include "loom/ops/attention.h"
 #include "cpu_path.h"
 
@@ -90,6 +101,72 @@ void sgemm(benchmark::State& state, int64_t S, int shape, int threads) {
   report(state, 2.0 * double(S) * double(S) * double(D));
 }
 
+// ---- Size B through the kernel entry points, on a given path ----------------------------------
+
+namespace kc = kernels::cpu;
+constexpr int64_t kB = 4, kS = 512, kH = 12, kKV = 4;
+
+enum class Inputs { f32, bf16_fp32_path, bf16_matrix_path };
+const char* inputs_name(Inputs in) {
+  return in == Inputs::f32 ? "f32" : in == Inputs::bf16_fp32_path ? "bf16_fp32path" : "bf16_matrixpath";
+}
+
+void size_b(benchmark::State& state, Inputs in, bool backward) {
+  const DType dt = in == Inputs::f32 ? DType::f32 : DType::bf16;
+  const kc::MatrixPath path = in == Inputs::bf16_matrix_path ? kc::matrix_dispatch().path : kc::MatrixPath::fp32;
+  Tensor q = random({kB, kS, kH, kHeadDim}, 1).to(dt), k = random({kB, kS, kKV, kHeadDim}, 2).to(dt),
+         v = random({kB, kS, kKV, kHeadDim}, 3).to(dt), dout = random({kB, kS, kH, kHeadDim}, 4).to(dt);
+  kernels::AttentionMask mask;  // causal
+  const double scale = 0.125;
+  auto fwd = kc::attention_forward_on(path, q, k, v, scale, mask, false);
+  for (auto _ : state) {
+    if (backward) {
+      auto g = kc::attention_backward_on(path, dout, q, k, v, fwd.out, fwd.lse, scale, mask);
+      benchmark::DoNotOptimize(g.dq.raw_data());
+    } else {
+      auto f = kc::attention_forward_on(path, q, k, v, scale, mask, false);
+      benchmark::DoNotOptimize(f.out.raw_data());
+    }
+  }
+  report(state, (backward ? 2.5 : 1.0) * attention_forward_flops(kB, kH, kS, true));
+}
+
+std::string size_b_name(Inputs in, bool backward) {
+  return std::string("sizeB_") + (backward ? "bwd/" : "fwd/") + inputs_name(in);
+}
+
+// ---- One flash tile on the bf16 units: oneDNN matmul vs the vdpbf16ps micro-kernel ----------
+
+// shape 0: S = Q·Kᵀ, [64,64]·[64,256]; shape 1: O += P·V, [64,256]·[256,64]. fp32 output.
+void tile_onednn(benchmark::State& state, int shape) {
+  const int64_t m = 64, n = shape == 0 ? 256 : 64, k = shape == 0 ? 64 : 256;
+  Tensor a = random({m, k}, 8).to(DType::bf16);
+  Tensor b = shape == 0 ? random({n, k}, 9).to(DType::bf16) : random({k, n}, 9).to(DType::bf16);
+  Tensor c = Tensor::zeros({m, n});
+  const int before = num_threads();
+  set_num_threads(1);
+  for (auto _ : state) kc::onednn_gemm(a, false, b, shape == 0, c, 1.0, shape == 0 ? 0.0 : 1.0);
+  set_num_threads(before);
+  report(state, 2.0 * m * n * k);
+}
+
+void tile_dpbf16(benchmark::State& state, int shape) {
+  const int64_t m = 64, n = shape == 0 ? 256 : 64, k = shape == 0 ? 64 : 256;
+  // The operands as the kernel holds them: fp32 rows (Q, P) packed per tile; K and V pre-packed.
+  Tensor a = random({m, k}, 8).to(DType::bf16).to(DType::f32);
+  Tensor b = (shape == 0 ? random({n, k}, 9) : random({k, n}, 9)).to(DType::bf16).to(DType::f32);
+  Tensor c = Tensor::zeros({m, n});
+  const int64_t kp = (k + 1) / 2;
+  std::vector<uint32_t> aw(static_cast<size_t>(m * kp)), bw(static_cast<size_t>(kp * n));
+  if (shape == 0) kc::bf16_tiles::pack_cols(b.data<float>(), k, n, k, bw.data(), n);
+  else kc::bf16_tiles::pack_pairs(b.data<float>(), n, k, n, bw.data(), n);
+  for (auto _ : state) {
+    kc::bf16_tiles::pack_rows(a.data<float>(), k, m, k, aw.data());
+    kc::bf16_tiles::gemm(m, n, kp, 1.f, aw.data(), kp, 1, bw.data(), n, shape == 0 ? 0.f : 1.f, c.data<float>(), n);
+  }
+  report(state, 2.0 * m * n * k);
+}
+
 // Best GFLOP/s over the repetitions of every run, so the summary can put attention next to the
 // sgemm measured moments before it (this machine is shared: the best repetition is the least
 // disturbed one).
@@ -102,10 +179,14 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       std::string name = r.benchmark_name();
       name = name.substr(0, name.find("/min_time:"));
       gflops[name] = std::max(gflops[name], it->second.value / 1e9);
+      const bool cpu_time = name.rfind("tile_", 0) == 0;  // registered without UseRealTime
+      const double t = cpu_time ? r.GetAdjustedCPUTime() : r.GetAdjustedRealTime();
+      best_time[name] = best_time.count(name) ? std::min(best_time[name], t) : t;
     }
     ConsoleReporter::ReportRuns(runs);
   }
   std::map<std::string, double> gflops;
+  std::map<std::string, double> best_time;  // in the benchmark's unit
 };
 
 const std::pair<int64_t, int64_t> kHeads[] = {{8, 8}, {8, 2}};  // MHA and GQA (4 q heads per kv head)
@@ -121,6 +202,20 @@ std::string attention_name(const char* what, int64_t S, int64_t H, int64_t KV, i
 }  // namespace
 
 int main(int argc, char** argv) {
+  const Inputs kInputs[] = {Inputs::f32, Inputs::bf16_fp32_path, Inputs::bf16_matrix_path};
+  for (bool backward : {false, true})
+    for (Inputs in : kInputs)
+      benchmark::RegisterBenchmark(size_b_name(in, backward).c_str(), size_b, in, backward)
+          ->Unit(benchmark::kMillisecond)->MinTime(0.5)->UseRealTime()->Repetitions(3);
+  if (kc::matrix_dispatch().features.avx512_bf16)
+    for (int shape : {0, 1}) {
+      const std::string tile = shape == 0 ? "tile_QKt" : "tile_PV";
+      // Single-threaded: CPU time, which a shared machine's other load disturbs less than wall time.
+      benchmark::RegisterBenchmark((tile + "/onednn").c_str(), tile_onednn, shape)
+          ->Unit(benchmark::kMicrosecond)->MinTime(0.2)->Repetitions(5);
+      benchmark::RegisterBenchmark((tile + "/dpbf16").c_str(), tile_dpbf16, shape)
+          ->Unit(benchmark::kMicrosecond)->MinTime(0.2)->Repetitions(5);
+    }
   // Registered per (threads, S) group: sgemm then attention back to back, so drift on a shared
   // machine hits both sides of a ratio alike. Wall-clock rates: OpenMP workers' CPU time is not
   // the main thread's.
@@ -164,6 +259,22 @@ int main(int argc, char** argv) {
                     qk, pv, ref, 100.0 * ga / ref);
       }
     }
+  std::printf("\nSize B attention kernel (B=4, S=512, H=12, KV=4, D=Dv=64, causal), %d threads, wall time, best of 3;\n",
+              num_threads());
+  std::printf("FLOPs as above (bwd = 2.5*fwd); matrix path: %s\n", bench::cpu_matrix_path().c_str());
+  std::printf("%-18s %10s %10s %10s %10s\n", "inputs", "fwd ms", "fwd GF/s", "bwd ms", "bwd GF/s");
+  for (Inputs in : kInputs) {
+    const std::string f = size_b_name(in, false), b = size_b_name(in, true);
+    if (!reporter.gflops.count(f) || !reporter.gflops.count(b)) continue;
+    std::printf("%-18s %10.2f %10.1f %10.2f %10.1f\n", inputs_name(in), reporter.best_time[f], reporter.gflops[f],
+                reporter.best_time[b], reporter.gflops[b]);
+  }
+  for (const char* tile : {"tile_QKt", "tile_PV"}) {
+    const std::string o = std::string(tile) + "/onednn", d = std::string(tile) + "/dpbf16";
+    if (!reporter.gflops.count(o) || !reporter.gflops.count(d)) continue;
+    std::printf("%-9s one thread, CPU time: oneDNN matmul %6.2f us (%6.1f GF/s), vdpbf16ps kernel %6.2f us (%6.1f GF/s)\n",
+                tile, reporter.best_time[o], reporter.gflops[o], reporter.best_time[d], reporter.gflops[d]);
+  }
   benchmark::Shutdown();
   return 0;
 }

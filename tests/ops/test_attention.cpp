@@ -276,6 +276,8 @@ TEST(OpsAttention, Float32MatchesFloat64AtS300) {
 TEST(OpsAttention, ReducedPrecisionWithinTolerance) {
   // bf16/f16 inputs are widened to fp32, computed in fp32 and rounded once: the error is that of
   // one rounding of each result (bf16: 2^-8 relative) plus the rounded output feeding D = rowsum(dO∘O).
+  // (bf16 on a bf16 matrix path also rounds P and dS as operands, within the same bound:
+  // tests/kernels/test_attention_bf16.cpp.)
   // Stated tolerance: max |err| <= 1e-2 · max |ref| for bf16 (1e-3 for f16), forward and grads.
   const int64_t B = 2, S = 70, H = 4, KV = 1, D = 32;
   for (DType dt : {DType::bf16, DType::f16}) {

@@ -6,14 +6,17 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "loom/core/parallel.h"
+#include "loom/kernels/cpu/attention_bf16.h"
+#include "loom/kernels/cpu/attention_ranges.h"
 #include "loom/kernels/cpu/vec.h"
 
 namespace loom::kernels::cpu {
 namespace {
 
-constexpr int64_t kNoKey = std::numeric_limits<int64_t>::max();
+using namespace attention_detail;
 
 // ---- BLAS on raw tiles (row-major); OpenBLAS runs single-threaded inside our parallel region --
 
@@ -32,6 +35,33 @@ void tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, 
               static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
               static_cast<blasint>(ldc));
 }
+
+// ---- bf16 tile products (attention_bf16.h) -----------------------------------------------------
+// fp32 compute only: the f64 path never sets `units`, these overloads only make it compile.
+
+namespace bt = bf16_tiles;
+
+void pack_rows(const float* s, int64_t ld, int64_t rows, int64_t k, uint32_t* w) { bt::pack_rows(s, ld, rows, k, w); }
+void pack_pairs(const float* s, int64_t ld, int64_t k, int64_t n, uint32_t* w, int64_t ldw) {
+  bt::pack_pairs(s, ld, k, n, w, ldw);
+}
+void pack_cols(const float* s, int64_t ld, int64_t n, int64_t k, uint32_t* w, int64_t ldw) {
+  bt::pack_cols(s, ld, n, k, w, ldw);
+}
+void units_gemm(int64_t m, int64_t n, int64_t pairs, float alpha, const uint32_t* a, int64_t a_row,
+                int64_t a_inner, const uint32_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  bt::gemm(m, n, pairs, alpha, a, a_row, a_inner, b, ldb, beta, c, ldc);
+}
+[[noreturn]] void no_f64_units() { LOOM_ASSERT(false, "attention: bf16 tile products on the f64 path"); std::abort(); }
+void pack_rows(const double*, int64_t, int64_t, int64_t, uint32_t*) { no_f64_units(); }
+void pack_pairs(const double*, int64_t, int64_t, int64_t, uint32_t*, int64_t) { no_f64_units(); }
+void pack_cols(const double*, int64_t, int64_t, int64_t, uint32_t*, int64_t) { no_f64_units(); }
+void units_gemm(int64_t, int64_t, int64_t, double, const uint32_t*, int64_t, int64_t, const uint32_t*,
+                int64_t, double, double*, int64_t) {
+  no_f64_units();
+}
+
+int64_t pairs_of(int64_t k) { return (k + 1) / 2; }
 
 // ---- Row primitives: vectorised for float (vec.h), plain loops for the exact f64 path ----------
 
@@ -121,110 +151,6 @@ Operand<T> make_operand(const Tensor& t) {
   return op;
 }
 
-// ---- Masks as per-row key intervals ----------------------------------------------------------
-
-std::vector<int64_t> read_doc_ends(const Tensor& doc_ends, int64_t B, int64_t Sk) {
-  LOOM_CHECK(doc_ends.dim() == 2 && doc_ends.size(0) == B && doc_ends.size(1) >= 1, ShapeError,
-             "attention: doc_ends must be [batch, num_docs] = [", B, ", K>=1], got ",
-             doc_ends.shape().str(), " (one row of ascending document ends per sample)");
-  LOOM_CHECK(doc_ends.dtype() == DType::i32 || doc_ends.dtype() == DType::i64, DTypeError,
-             "attention: doc_ends must be int32 or int64, got ", dtype_name(doc_ends.dtype()));
-  std::vector<int64_t> ends = doc_ends.to_int_vector();
-  const int64_t K = doc_ends.size(1);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t d = 0; d < K; ++d) {
-      const int64_t e = ends[b * K + d];
-      LOOM_CHECK(e >= 0 && e <= Sk, ValueError, "attention: doc_ends[", b, "][", d, "] = ", e,
-                 " is outside [0, ", Sk, "]: document ends are exclusive key positions, padded "
-                 "with the key sequence length ", Sk);
-      LOOM_CHECK(d == 0 || e >= ends[b * K + d - 1], ValueError, "attention: doc_ends[", b, "][",
-                 d, "] = ", e, " is smaller than doc_ends[", b, "][", d - 1, "] = ",
-                 ends[b * K + d - 1], ": document ends must be ascending (pad with ", Sk, ")");
-    }
-  return ends;
-}
-
-// The caller's own intervals (AttentionMask::key_ranges), checked and made dense.
-Tensor given_ranges(const Tensor& key_ranges, int64_t B, int64_t Sq, int64_t Sk) {
-  LOOM_CHECK(key_ranges.dim() == 3 && key_ranges.size(0) == B && key_ranges.size(1) == Sq &&
-                 key_ranges.size(2) == 2,
-             ShapeError, "attention: key_ranges must be [batch, q_len, 2] = [", B, ", ", Sq,
-             ", 2], got ", key_ranges.shape().str());
-  LOOM_CHECK(key_ranges.dtype() == DType::i64, DTypeError, "attention: key_ranges must be int64, got ",
-             dtype_name(key_ranges.dtype()));
-  Tensor ranges = key_ranges.contiguous().view({B * Sq * 2});
-  if (ranges.data<int64_t>() == key_ranges.data<int64_t>()) ranges = ranges.clone();
-  int64_t* r = ranges.data<int64_t>();
-  for (int64_t row = 0; row < B * Sq; ++row) {
-    const int64_t lo = r[2 * row], hi = r[2 * row + 1];
-    LOOM_CHECK(lo >= 0 && hi <= Sk, ValueError, "attention: key_ranges row ", row, " = [", lo, ", ", hi,
-               ") is outside [0, ", Sk, "] (the key sequence length)");
-    if (hi <= lo) r[2 * row] = r[2 * row + 1] = 0;
-  }
-  return ranges;
-}
-
-// ranges[2·(b·Sq + i) + {0, 1}] = [lo, hi): the keys query row i of sample b may see.
-Tensor row_ranges(const AttentionMask& mask, int64_t B, int64_t Sq, int64_t Sk) {
-  if (mask.key_ranges.defined()) return given_ranges(mask.key_ranges, B, Sq, Sk);
-  std::vector<int64_t> ends;
-  int64_t K = 0;
-  if (mask.doc_ends.defined()) {
-    ends = read_doc_ends(mask.doc_ends, B, Sk);
-    K = mask.doc_ends.size(1);
-  }
-  Tensor ranges = Tensor::empty({B * Sq * 2}, DType::i64);
-  int64_t* r = ranges.data<int64_t>();
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t* e = K ? ends.data() + b * K : nullptr;
-    for (int64_t i = 0; i < Sq; ++i) {
-      const int64_t p = i + mask.q_offset;
-      int64_t lo = 0, hi = Sk;
-      if (mask.causal) hi = std::clamp<int64_t>(p + 1, 0, Sk);
-      if (e) {
-        if (p < 0 || p >= e[K - 1]) {
-          hi = 0;
-        } else {
-          const int64_t d = std::upper_bound(e, e + K, p) - e;
-          lo = d ? e[d - 1] : 0;
-          hi = std::min(hi, e[d]);
-        }
-      }
-      if (hi <= lo) lo = hi = 0;
-      r[2 * (b * Sq + i)] = lo;
-      r[2 * (b * Sq + i) + 1] = hi;
-    }
-  }
-  return ranges;
-}
-
-// Keys touched by a block of query rows ([lo, hi), empty when lo >= hi) and the window every
-// row of the block sees (tiles inside it need no masking).
-struct BlockKeys {
-  int64_t lo = kNoKey, hi = 0, all_lo = 0, all_hi = kNoKey;
-};
-
-BlockKeys block_keys(const int64_t* ranges, int64_t n) {
-  BlockKeys k;
-  for (int64_t r = 0; r < n; ++r) {
-    const int64_t lo = ranges[2 * r], hi = ranges[2 * r + 1];
-    if (lo < hi) {
-      k.lo = std::min(k.lo, lo);
-      k.hi = std::max(k.hi, hi);
-    }
-    k.all_lo = std::max(k.all_lo, lo);
-    k.all_hi = std::min(k.all_hi, hi);
-  }
-  if (k.all_hi <= k.all_lo) k.all_lo = k.all_hi = 0;
-  return k;
-}
-
-// Visible columns of row r in the tile [j0, j0 + jn).
-inline void visible_cols(const int64_t* range, int64_t j0, int64_t jn, int64_t& c0, int64_t& c1) {
-  c0 = std::clamp<int64_t>(range[0] - j0, 0, jn);
-  c1 = std::clamp<int64_t>(range[1] - j0, 0, jn);
-}
-
 // Below ~2 MFLOP a parallel region costs more than it saves (results do not depend on it).
 int threads_for(int64_t items, double flops) {
   if (omp_in_parallel() || flops < 2e6) return 1;
@@ -248,14 +174,15 @@ Dims dims_of(const Tensor& q, const Tensor& k, const Tensor& v) {
 
 template <typename T>
 void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, double scale_d,
-                  const AttentionMask& mask, const AttentionTiles& tiles, Tensor& out, Tensor& lse,
-                  float* head_max) {
+                  const AttentionMask& mask, const AttentionTiles& tiles, bool units, Tensor& out,
+                  Tensor& lse, float* head_max) {
   const Dims d = dims_of(qt, kt, vt);
   const T scale = static_cast<T>(scale_d);
   const Operand<T> q = make_operand<T>(qt), k = make_operand<T>(kt), v = make_operand<T>(vt);
   const Tensor ranges_t = row_ranges(mask, d.B, d.Sq, d.Sk);
   const int64_t* ranges = ranges_t.data<int64_t>();
-  const int64_t Bq = tiles.fwd_q_block, Bk = tiles.fwd_k_block;
+  // Matrix units: key tiles start at even keys (V is packed in key pairs), so an even width.
+  const int64_t Bq = tiles.fwd_q_block, Bk = units ? round_up(tiles.fwd_k_block, 2) : tiles.fwd_k_block;
   const int64_t nqb = ceil_div(d.Sq, Bq);
   const int64_t items = nqb * d.B * d.H;
   const int nt = threads_for(items, 2.0 * d.B * d.H * d.Sq * d.Sk * (d.D + d.Dv));
@@ -265,10 +192,27 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, double s
   std::vector<float> thread_max(static_cast<size_t>(nt * d.H), -INFINITY);
   T* lse_p = lse.data<T>();
   const T neg_inf = -std::numeric_limits<T>::infinity();
+  // On the matrix units K and V are packed once per (batch, kv head): Kᵀ words [D/2, Sk] and
+  // key-pair words [Sk/2, Dv] (attention_bf16.h); each tile reads its columns / rows in place.
+  const int64_t Dp = pairs_of(d.D), kt_size = Dp * d.Sk, v_size = pairs_of(d.Sk) * d.Dv;
+  std::vector<uint32_t> kt_w, v_w;
+  if (units) {
+    kt_w.resize(static_cast<size_t>(d.B * d.KV * kt_size));
+    v_w.resize(static_cast<size_t>(d.B * d.KV * v_size));
+    parallel_for(0, d.B * d.KV, 1, [&](int64_t s, int64_t e) {
+      for (int64_t bk = s; bk < e; ++bk) {
+        const int64_t b = bk / d.KV, kvh = bk % d.KV;
+        pack_cols(k.at(b, 0, kvh), k.ss, d.Sk, d.D, kt_w.data() + bk * kt_size, d.Sk);
+        pack_pairs(v.at(b, 0, kvh), v.ss, d.Sk, d.Dv, v_w.data() + bk * v_size, d.Dv);
+      }
+    });
+  }
 
 #pragma omp parallel num_threads(nt)
   {
     const int tid = omp_get_thread_num();
+    // Matrix units: the q block's words [Bq, D/2] and P's [Bq, Bk/2].
+    std::vector<uint32_t> q_w(units ? Bq * Dp : 0), p_w(units ? Bq * pairs_of(Bk) : 0);
     T* S = ws_t.data<T>() + tid * ws_size;
     T* O = S + Bq * Bk;
     T* m = O + Bq * d.Dv;
@@ -286,9 +230,15 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, double s
       std::fill(m, m + n, neg_inf);
       zero(l, n);
       const T* qp = q.at(b, i0, h);
-      for (int64_t j0 = keys.lo; j0 < keys.hi; j0 += Bk) {
+      const int64_t bk = b * d.KV + kvh;
+      if (units) pack_rows(qp, q.ss, n, d.D, q_w.data());
+      // Matrix units: from an even key (a key before the block's first is masked).
+      for (int64_t j0 = units ? keys.lo & ~int64_t{1} : keys.lo; j0 < keys.hi; j0 += Bk) {
         const int64_t jn = std::min(Bk, keys.hi - j0);
-        tile_gemm(false, true, n, jn, d.D, scale, qp, q.ss, k.at(b, j0, kvh), k.ss, T(0), S, Bk);
+        if (units)
+          units_gemm(n, jn, Dp, scale, q_w.data(), Dp, 1, kt_w.data() + bk * kt_size + j0, d.Sk, T(0), S, Bk);
+        else
+          tile_gemm(false, true, n, jn, d.D, scale, qp, q.ss, k.at(b, j0, kvh), k.ss, T(0), S, Bk);
         const bool unmasked = j0 >= keys.all_lo && j0 + jn <= keys.all_hi;
         for (int64_t r = 0; r < n; ++r) {
           T* srow = S + r * Bk;
@@ -310,7 +260,14 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, double s
           l[r] += sum;
           m[r] = m_new;
         }
-        tile_gemm(false, false, n, d.Dv, jn, T(1), S, Bk, v.at(b, j0, kvh), v.ss, T(1), O, d.Dv);
+        if (units) {
+          // P rounded to bf16 only as PV's operand; the statistics above stay fp32.
+          pack_rows(S, Bk, n, jn, p_w.data());
+          units_gemm(n, d.Dv, pairs_of(jn), T(1), p_w.data(), pairs_of(jn), 1,
+                     v_w.data() + bk * v_size + j0 / 2 * d.Dv, d.Dv, T(1), O, d.Dv);
+        } else {
+          tile_gemm(false, false, n, d.Dv, jn, T(1), S, Bk, v.at(b, j0, kvh), v.ss, T(1), O, d.Dv);
+        }
       }
       for (int64_t r = 0; r < n; ++r) {
         T* orow = O + r * d.Dv;
@@ -345,7 +302,8 @@ int64_t num_key_chunks(const Dims& d, int64_t num_k_blocks) {
 template <typename T>
 void backward_impl(const Tensor& dout_t, const Tensor& qt, const Tensor& kt, const Tensor& vt,
                    const Tensor& out_t, const Tensor& lse_t, double scale_d,
-                   const AttentionMask& mask, const AttentionTiles& tiles, AttentionGrads& g) {
+                   const AttentionMask& mask, const AttentionTiles& tiles, bool units,
+                   AttentionGrads& g) {
   const Dims d = dims_of(qt, kt, vt);
   const T scale = static_cast<T>(scale_d);
   const DType compute = dtype_of<T>::value;
@@ -405,6 +363,21 @@ void backward_impl(const Tensor& dout_t, const Tensor& qt, const Tensor& kt, con
     T* dP = P + Bq * Bk;
     T* dK = dP + Bq * Bk;
     T* dV = dK + Bk * d.D;
+    // Matrix units (attention_bf16.h words): per key block Kᵀ, Vᵀ and K's key pairs; per q block
+    // Q and dO as rows and as row pairs; Pᵀ / dSᵀ as q-row pairs and dS as rows.
+    const int64_t Dp = pairs_of(d.D), Dvp = pairs_of(d.Dv), Bqp = pairs_of(Bq), Bkp = pairs_of(Bk);
+    std::vector<uint32_t> w(units ? Dp * Bk + Dvp * Bk + Bkp * d.D + Bq * Dp + Bq * Dvp + Bqp * d.D +
+                                        Bqp * d.Dv + Bqp * Bk + Bq * Bkp
+                                  : 0);
+    uint32_t* kt_w = w.data();
+    uint32_t* vt_w = kt_w + Dp * Bk;
+    uint32_t* kpair_w = vt_w + Dvp * Bk;
+    uint32_t* q_w = kpair_w + Bkp * d.D;
+    uint32_t* do_w = q_w + Bq * Dp;
+    uint32_t* qpair_w = do_w + Bq * Dvp;
+    uint32_t* dopair_w = qpair_w + Bqp * d.D;
+    uint32_t* pt_w = dopair_w + Bqp * d.Dv;
+    uint32_t* ds_w = pt_w + Bqp * Bk;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       // Chunk-major: the first key chunks carry the most work under a causal mask.
@@ -416,6 +389,11 @@ void backward_impl(const Tensor& dout_t, const Tensor& qt, const Tensor& kt, con
         const T* vp = v.at(b, j0, kvh);
         zero(dK, jn * d.D);
         zero(dV, jn * d.Dv);
+        if (units) {
+          pack_cols(kp, k.ss, jn, d.D, kt_w, jn);
+          pack_cols(vp, v.ss, jn, d.Dv, vt_w, jn);
+          pack_pairs(kp, k.ss, jn, d.D, kpair_w, d.D);
+        }
         for (int64_t h = kvh * d.G; h < (kvh + 1) * d.G; ++h) {
           for (int64_t qb = 0; qb < nqb; ++qb) {
             const BlockKeys& keys = qblock_keys[b * nqb + qb];
@@ -428,7 +406,15 @@ void backward_impl(const Tensor& dout_t, const Tensor& qt, const Tensor& kt, con
             const T* dop = dO.at(b, i0, h);
             const bool unmasked = j0 >= keys.all_lo && j0 + jn <= keys.all_hi;
             // P = exp(scale·Q Kᵀ − lse), recomputed from the forward's log-sum-exp.
-            tile_gemm(false, true, n, jn, d.D, scale, qp, q.ss, kp, k.ss, T(0), P, Bk);
+            if (units) {
+              pack_rows(qp, q.ss, n, d.D, q_w);
+              pack_rows(dop, dO.ss, n, d.Dv, do_w);
+              pack_pairs(qp, q.ss, n, d.D, qpair_w, d.D);
+              pack_pairs(dop, dO.ss, n, d.Dv, dopair_w, d.Dv);
+              units_gemm(n, jn, Dp, scale, q_w, Dp, 1, kt_w, jn, T(0), P, Bk);
+            } else {
+              tile_gemm(false, true, n, jn, d.D, scale, qp, q.ss, kp, k.ss, T(0), P, Bk);
+            }
             for (int64_t r = 0; r < n; ++r) {
               T* prow = P + r * Bk;
               int64_t c0 = 0, c1 = jn;
@@ -442,16 +428,30 @@ void backward_impl(const Tensor& dout_t, const Tensor& qt, const Tensor& kt, con
               zero(prow + c1, jn - c1);
             }
             // dV += Pᵀ dO ; dP = dO Vᵀ ; dS = P ∘ (dP − D) ; dQ += s·dS K ; dK += s·dSᵀ Q.
-            tile_gemm(true, false, jn, d.Dv, n, T(1), P, Bk, dop, dO.ss, T(1), dV, d.Dv);
-            tile_gemm(false, true, n, jn, d.Dv, T(1), dop, dO.ss, vp, v.ss, T(0), dP, Bk);
+            // (Matrix units: P and dS rounded to bf16 only as operands; dP, D and the sums fp32.)
+            if (units) {
+              pack_pairs(P, Bk, n, jn, pt_w, jn);
+              units_gemm(jn, d.Dv, pairs_of(n), T(1), pt_w, 1, jn, dopair_w, d.Dv, T(1), dV, d.Dv);
+              units_gemm(n, jn, Dvp, T(1), do_w, Dvp, 1, vt_w, jn, T(0), dP, Bk);
+            } else {
+              tile_gemm(true, false, jn, d.Dv, n, T(1), P, Bk, dop, dO.ss, T(1), dV, d.Dv);
+              tile_gemm(false, true, n, jn, d.Dv, T(1), dop, dO.ss, vp, v.ss, T(0), dP, Bk);
+            }
             for (int64_t r = 0; r < n; ++r) {
               int64_t c0 = 0, c1 = jn;
               if (!unmasked) visible_cols(rr + 2 * r, j0, jn, c0, c1);
               if (c0 < c1) mul_sub(P + r * Bk + c0, dP + r * Bk + c0, delta_row[r], c1 - c0);
             }
-            tile_gemm(false, false, n, d.D, jn, scale, P, Bk, kp, k.ss, T(1),
-                      dq_chunk + (b * d.Sq + i0) * ldq + h * d.D, ldq);
-            tile_gemm(true, false, jn, d.D, n, scale, P, Bk, qp, q.ss, T(1), dK, d.D);
+            T* dq_rows = dq_chunk + (b * d.Sq + i0) * ldq + h * d.D;
+            if (units) {
+              pack_rows(P, Bk, n, jn, ds_w);
+              units_gemm(n, d.D, pairs_of(jn), scale, ds_w, pairs_of(jn), 1, kpair_w, d.D, T(1), dq_rows, ldq);
+              pack_pairs(P, Bk, n, jn, pt_w, jn);
+              units_gemm(jn, d.D, pairs_of(n), scale, pt_w, 1, jn, qpair_w, d.D, T(1), dK, d.D);
+            } else {
+              tile_gemm(false, false, n, d.D, jn, scale, P, Bk, kp, k.ss, T(1), dq_rows, ldq);
+              tile_gemm(true, false, jn, d.D, n, scale, P, Bk, qp, q.ss, T(1), dK, d.D);
+            }
           }
         }
         for (int64_t r = 0; r < jn; ++r) {
@@ -481,57 +481,18 @@ void backward_impl(const Tensor& dout_t, const Tensor& qt, const Tensor& kt, con
   }
 }
 
-template <typename T>
-void merge_impl(Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse) {
-  const int64_t B = out.size(0), Sq = out.size(1), H = out.size(2), Dv = out.size(3);
-  const Tensor bo = block_out.dtype() == out.dtype() ? block_out.contiguous() : block_out.to(out.dtype()).contiguous();
-  const Tensor bl = block_lse.dtype() == lse.dtype() ? block_lse.contiguous() : block_lse.to(lse.dtype()).contiguous();
-  T* o = out.data<T>();
-  T* l = lse.data<T>();
-  const T* po = bo.data<T>();
-  const T* pl = bl.data<T>();
-  const T neg_inf = -std::numeric_limits<T>::infinity();
-  parallel_for(0, B * Sq, std::max<int64_t>(1, 4096 / std::max<int64_t>(H * Dv, 1)), [&](int64_t s, int64_t e) {
-    for (int64_t bi = s; bi < e; ++bi) {
-      const int64_t b = bi / Sq, i = bi % Sq;
-      for (int64_t h = 0; h < H; ++h) {
-        T& run = l[(b * H + h) * Sq + i];
-        const T add = pl[(b * H + h) * Sq + i];
-        if (add == neg_inf) continue;  // the block hides every key of this row
-        T* orow = o + ((b * Sq + i) * H + h) * Dv;
-        const T* brow = po + ((b * Sq + i) * H + h) * Dv;
-        if (run == neg_inf) {
-          std::copy(brow, brow + Dv, orow);
-          run = add;
-          continue;
-        }
-        const T m = std::max(run, add);
-        const T a = std::exp(run - m), c = std::exp(add - m), sum = a + c;
-        const T wa = a / sum, wc = c / sum;
-        for (int64_t x = 0; x < Dv; ++x) orow[x] = wa * orow[x] + wc * brow[x];
-        run = m + std::log(sum);
-      }
-    }
-  });
+// Whether the products run on the bf16 units: bf16 inputs on a bf16 matrix path of a CPU with
+// AVX512-BF16 (an AMX path implies it on every AMX CPU; checked anyway, the micro-kernel needs it).
+// Other inputs never ask the dispatch: their path cannot change.
+bool on_units(const Tensor& q, std::optional<MatrixPath> path) {
+  if (q.dtype() != DType::bf16) return false;
+  const MatrixDispatch& d = matrix_dispatch();
+  return path.value_or(d.path) != MatrixPath::fp32 && d.features.avx512_bf16;
 }
 
-}  // namespace
-
-void attention_merge(Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse) {
-  LOOM_ASSERT(out.dim() == 4 && lse.dim() == 3 && out.is_contiguous() && lse.is_contiguous(),
-              "attention_merge needs a contiguous [B, Sq, H, Dv] output and [B, H, Sq] lse");
-  LOOM_ASSERT(block_out.shape() == out.shape() && block_lse.shape() == lse.shape(), "attention_merge: block ",
-              block_out.shape().str(), " / ", block_lse.shape().str(), " vs running ", out.shape().str(), " / ",
-              lse.shape().str());
-  LOOM_ASSERT(out.dtype() == lse.dtype() && (out.dtype() == DType::f32 || out.dtype() == DType::f64),
-              "attention_merge accumulates in f32 or f64");
-  if (out.dtype() == DType::f64) merge_impl<double>(out, lse, block_out, block_lse);
-  else merge_impl<float>(out, lse, block_out, block_lse);
-}
-
-AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                         double scale, const AttentionMask& mask,
-                                         bool track_max_logits, const AttentionTiles& tiles) {
+AttentionForwardResult forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                               const AttentionMask& mask, bool track_max_logits,
+                               const AttentionTiles& tiles, std::optional<MatrixPath> path) {
   LOOM_ASSERT(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention kernel needs 4-D operands");
   LOOM_ASSERT(tiles.fwd_q_block > 0 && tiles.fwd_k_block > 0, "attention tiles must be positive");
   const Dims d = dims_of(q, k, v);
@@ -541,24 +502,52 @@ AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const
   res.lse = Tensor::empty({d.B, d.H, d.Sq}, f64 ? DType::f64 : DType::f32);
   std::vector<float> head_max(static_cast<size_t>(d.H), -INFINITY);
   float* hm = track_max_logits ? head_max.data() : nullptr;
-  if (f64) forward_impl<double>(q, k, v, scale, mask, tiles, res.out, res.lse, hm);
-  else forward_impl<float>(q, k, v, scale, mask, tiles, res.out, res.lse, hm);
+  if (f64) forward_impl<double>(q, k, v, scale, mask, tiles, false, res.out, res.lse, hm);
+  else forward_impl<float>(q, k, v, scale, mask, tiles, on_units(q, path), res.out, res.lse, hm);
   if (track_max_logits) res.max_logits = Tensor::from_vector(head_max, {d.H}, DType::f32);
   return res;
+}
+
+AttentionGrads backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out, const Tensor& lse, double scale,
+                        const AttentionMask& mask, const AttentionTiles& tiles,
+                        std::optional<MatrixPath> path) {
+  LOOM_ASSERT(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention kernel needs 4-D operands");
+  LOOM_ASSERT(tiles.bwd_q_block > 0 && tiles.bwd_k_block > 0, "attention tiles must be positive");
+  LOOM_ASSERT(dout.shape() == out.shape(), "attention backward: grad ", dout.shape().str(),
+              " vs output ", out.shape().str());
+  AttentionGrads g;
+  if (q.dtype() == DType::f64) backward_impl<double>(dout, q, k, v, out, lse, scale, mask, tiles, false, g);
+  else backward_impl<float>(dout, q, k, v, out, lse, scale, mask, tiles, on_units(q, path), g);
+  return g;
+}
+
+}  // namespace
+
+AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                         double scale, const AttentionMask& mask,
+                                         bool track_max_logits, const AttentionTiles& tiles) {
+  return forward(q, k, v, scale, mask, track_max_logits, tiles, std::nullopt);
+}
+
+AttentionForwardResult attention_forward_on(MatrixPath path, const Tensor& q, const Tensor& k,
+                                            const Tensor& v, double scale, const AttentionMask& mask,
+                                            bool track_max_logits, const AttentionTiles& tiles) {
+  return forward(q, k, v, scale, mask, track_max_logits, tiles, path);
 }
 
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& out, const Tensor& lse,
                                   double scale, const AttentionMask& mask,
                                   const AttentionTiles& tiles) {
-  LOOM_ASSERT(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention kernel needs 4-D operands");
-  LOOM_ASSERT(tiles.bwd_q_block > 0 && tiles.bwd_k_block > 0, "attention tiles must be positive");
-  LOOM_ASSERT(dout.shape() == out.shape(), "attention backward: grad ", dout.shape().str(),
-              " vs output ", out.shape().str());
-  AttentionGrads g;
-  if (q.dtype() == DType::f64) backward_impl<double>(dout, q, k, v, out, lse, scale, mask, tiles, g);
-  else backward_impl<float>(dout, q, k, v, out, lse, scale, mask, tiles, g);
-  return g;
+  return backward(dout, q, k, v, out, lse, scale, mask, tiles, std::nullopt);
+}
+
+AttentionGrads attention_backward_on(MatrixPath path, const Tensor& dout, const Tensor& q,
+                                     const Tensor& k, const Tensor& v, const Tensor& out,
+                                     const Tensor& lse, double scale, const AttentionMask& mask,
+                                     const AttentionTiles& tiles) {
+  return backward(dout, q, k, v, out, lse, scale, mask, tiles, path);
 }
 
 }  // namespace loom::kernels::cpu
