@@ -65,12 +65,14 @@ void BM_raw_sgemm_forward(benchmark::State& state) {
   report(state, 2.0 * s.tokens * s.in * s.out);
 }
 
-// Backward through autograd: dx = g·W and dW = gᵀ·x (two GEMMs), timed without the forward.
-void BM_loom_linear_backward(benchmark::State& state) {
+// Backward through autograd: dx = g·W and dW = gᵀ·x (two GEMMs), timed without the forward. For
+// bf16 (what the trainer runs under compute_dtype bf16) dx is bf16 and dW fp32.
+void linear_backward(benchmark::State& state, DType dtype) {
   set_threads(state);
   const auto& s = kShapes[state.range(0)];
   state.SetLabel(s.name);
-  Tensor x = random({s.tokens, s.in}, 1), w = random({s.out, s.in}, 2), g = random({s.tokens, s.out}, 3);
+  Tensor x = random({s.tokens, s.in}, 1).to(dtype), w = random({s.out, s.in}, 2).to(dtype);
+  Tensor g = random({s.tokens, s.out}, 3).to(dtype);
   x.set_requires_grad(true);
   w.set_requires_grad(true);
   for (auto _ : state) {
@@ -83,6 +85,7 @@ void BM_loom_linear_backward(benchmark::State& state) {
   }
   report(state, 4.0 * s.tokens * s.in * s.out);
 }
+void BM_loom_linear_backward(benchmark::State& state) { linear_backward(state, DType::f32); }
 
 void BM_raw_sgemm_backward(benchmark::State& state) {
   set_threads(state);
@@ -125,26 +128,8 @@ void BM_loom_linear_forward_bf16(benchmark::State& state) {
   report(state, 2.0 * s.tokens * s.in * s.out);
 }
 
-// The bf16 backward: dx = g·W in bf16 and the fp32 weight grad dW = gᵀ·x (what the trainer
-// runs under compute_dtype bf16), against the same two products straight on oneDNN.
-void BM_loom_linear_backward_bf16(benchmark::State& state) {
-  set_threads(state);
-  const auto& s = kShapes[state.range(0)];
-  state.SetLabel(s.name);
-  Tensor x = random({s.tokens, s.in}, 1).to(DType::bf16), w = random({s.out, s.in}, 2).to(DType::bf16);
-  Tensor g = random({s.tokens, s.out}, 3).to(DType::bf16);
-  x.set_requires_grad(true);
-  w.set_requires_grad(true);
-  for (auto _ : state) {
-    state.PauseTiming();
-    Tensor y = ops::linear(x, w);
-    x.set_grad(Tensor());
-    w.set_grad(Tensor());
-    state.ResumeTiming();
-    autograd::backward(y, g);
-  }
-  report(state, 4.0 * s.tokens * s.in * s.out);
-}
+// The bf16 backward next to the same two products straight on oneDNN.
+void BM_loom_linear_backward_bf16(benchmark::State& state) { linear_backward(state, DType::bf16); }
 
 void BM_onednn_bf16_backward(benchmark::State& state) {
   set_threads(state);

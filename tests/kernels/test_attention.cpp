@@ -11,9 +11,11 @@
 
 #include "loom/core/rng.h"
 #include "loom/kernels/cpu/attention.h"
+#include "attention_test_util.h"
 
 using namespace loom;
 namespace kc = loom::kernels::cpu;
+using loom::testing::ranges_of;
 
 namespace {
 
@@ -21,29 +23,6 @@ Tensor random(const Shape& shape, DType dtype, uint64_t seed) {
   std::vector<double> v(static_cast<size_t>(shape.numel()));
   for (size_t i = 0; i < v.size(); ++i) v[i] = 2.0 * stream_uniform({seed, 9, 0}, static_cast<int64_t>(i)) - 1.0;
   return Tensor::from_vector(v, shape, DType::f64).to(dtype);
-}
-
-// The ranges a causal mask with q_offset and per-sample document ends gives each row.
-Tensor ranges_of(int64_t B, int64_t Sq, int64_t Sk, int64_t q_offset, const std::vector<std::vector<int64_t>>& ends) {
-  std::vector<int64_t> r;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = 0; i < Sq; ++i) {
-      const int64_t p = i + q_offset;
-      int64_t lo = 0, hi = std::clamp<int64_t>(p + 1, 0, Sk);
-      const auto& e = ends[static_cast<size_t>(b)];
-      if (p < 0 || p >= e.back()) {
-        hi = 0;
-      } else {
-        size_t d = 0;
-        while (e[d] <= p) ++d;
-        lo = d ? e[d - 1] : 0;
-        hi = std::min(hi, e[d]);
-      }
-      if (hi <= lo) lo = hi = 0;
-      r.push_back(lo);
-      r.push_back(hi);
-    }
-  return Tensor::from_vector(r, {B, Sq, 2});
 }
 
 void expect_same(const Tensor& a, const Tensor& b, const char* what) {

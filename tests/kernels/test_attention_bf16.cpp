@@ -18,6 +18,7 @@
 #include "loom/kernels/cpu/attention.h"
 #include "loom/kernels/cpu/attention_bf16.h"
 #include "loom/kernels/cpu/cpu_isa.h"
+#include "attention_test_util.h"
 #include "testing/gradcheck.h"
 
 using namespace loom;
@@ -146,26 +147,11 @@ kernels::AttentionMask mask_of(const Case& c) {
   m.q_offset = c.q_offset;
   if (!c.doc_ends.empty()) m.doc_ends = Tensor::from_vector(c.doc_ends, {c.B, c.docs_per_row});
   if (!c.as_key_ranges) return m;
-  std::vector<int64_t> r;
+  std::vector<std::vector<int64_t>> ends;
   for (int64_t b = 0; b < c.B; ++b)
-    for (int64_t i = 0; i < c.Sq; ++i) {
-      const int64_t p = i + c.q_offset;
-      int64_t lo = 0, hi = std::clamp<int64_t>(p + 1, 0, c.Sk);
-      const int64_t* e = c.doc_ends.data() + b * c.docs_per_row;
-      if (p < 0 || p >= e[c.docs_per_row - 1]) {
-        hi = 0;
-      } else {
-        int64_t d = 0;
-        while (e[d] <= p) ++d;
-        lo = d ? e[d - 1] : 0;
-        hi = std::min(hi, e[d]);
-      }
-      if (hi <= lo) lo = hi = 0;
-      r.push_back(lo);
-      r.push_back(hi);
-    }
+    ends.emplace_back(c.doc_ends.begin() + b * c.docs_per_row, c.doc_ends.begin() + (b + 1) * c.docs_per_row);
   kernels::AttentionMask given;
-  given.key_ranges = Tensor::from_vector(r, {c.B, c.Sq, 2});
+  given.key_ranges = loom::testing::ranges_of(c.B, c.Sq, c.Sk, c.q_offset, ends);
   return given;
 }
 
