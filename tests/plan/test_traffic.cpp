@@ -87,7 +87,8 @@ TEST(Traffic, ContextParallelRingSendsKvBlocksAroundTheRing) {
                                        "model.use_attn_mask_compression=true"});
   // Local tokens 2 x 16; 2 KV heads of 16: K+V = 32 x 64 floats; per layer (c-1)·kv fwd, (c-1)·kv + c·kv bwd.
   const int64_t kv = 2 * 16 * (32 + 32) * 4;
-  EXPECT_EQ(traffic(c, 0).at("cp"), 4 * (kv + kv + 2 * kv));
+  // + the head loss's token count (f64) and loss share (fp32) summed over cp, one micro-batch.
+  EXPECT_EQ(traffic(c, 0).at("cp"), 4 * (kv + kv + 2 * kv) + 8 + 4);
 }
 
 }  // namespace
