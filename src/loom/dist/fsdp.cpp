@@ -61,6 +61,15 @@ nn::ForwardWrapper fsdp_wrapper(const std::shared_ptr<FsdpUnit>& unit_ptr) {
 
 FullyShardedModel::~FullyShardedModel() = default;
 
+std::optional<DType> mixed_precision_compute_dtype(DType model_compute_dtype) {
+  if (model_compute_dtype == DType::bf16 || model_compute_dtype == DType::f16) return model_compute_dtype;
+  return std::nullopt;
+}
+
+DType fsdp_gather_dtype(const nn::Parameter& param, std::optional<DType> compute_dtype) {
+  return compute_dtype && param.dtype == DType::f32 && param.multiplied_in_compute_dtype ? *compute_dtype : param.dtype;
+}
+
 bool reshard_after_forward(const FsdpOptions& o) {
   const std::string& p = o.reshard_after_forward_policy;
   if (p == "always") return true;

@@ -7,6 +7,7 @@
 #include "loom/autograd/grad_mode.h"
 #include "loom/core/allocator.h"
 #include "loom/core/trace.h"
+#include "loom/dist/fsdp.h"
 #include "loom/kernels/kernel_table.h"
 
 namespace loom::dist {
@@ -119,8 +120,7 @@ void FsdpUnit::add_param(const std::string& name, nn::Parameter* param, const Fs
   s.rows_per_rank = (s.rows + n - 1) / n;
   s.row_begin = std::min<int64_t>(s.rows, static_cast<int64_t>(k) * s.rows_per_rank);
   s.local_rows = rows_of_rank(s, k);
-  const DType gather = config_.compute_dtype && dt == DType::f32 && param->multiplied_in_compute_dtype
-                           ? *config_.compute_dtype : dt;
+  const DType gather = fsdp_gather_dtype(*param, config_.compute_dtype);
   size_t b = 0;
   while (b < buckets_.size() && (buckets_[b].dtype != dt || buckets_[b].gather_dtype != gather ||
                                  buckets_[b].shard.group != shard.group))

@@ -66,9 +66,7 @@ std::vector<HeldParameter> held_parameters(const config::TrainConfig& config, co
     h.expert = p->placement.on("ep") != nullptr;
     h.muon = muon && p->trainable && optim::uses_newton_schulz(*muon, name, p->global_shape);
     h.unit = unit_of(name);
-    // As the trainer sets FsdpOptions::compute_dtype (bf16/f16 compute) and fsdp_unit.cpp applies it.
-    const bool mixed = args.compute_dtype == DType::bf16 || args.compute_dtype == DType::f16;
-    h.gather_dtype = mixed && p->dtype == DType::f32 && p->multiplied_in_compute_dtype ? args.compute_dtype : p->dtype;
+    h.gather_dtype = dist::fsdp_gather_dtype(*p, dist::mixed_precision_compute_dtype(args.compute_dtype));
     out.push_back(std::move(h));
   }
   return out;

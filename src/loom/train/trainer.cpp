@@ -149,8 +149,7 @@ void Trainer::build_model() {
   const int64_t total_layers = model_->num_layers() + model_->num_mtp_layers();
   dist::ParallelizeOptions po;
   po.fsdp = fsdp_options(config_.parallelism, mesh_->dims());
-  const DType compute = resolved_.model_args().compute_dtype;
-  if (compute == DType::bf16 || compute == DType::f16) po.fsdp.compute_dtype = compute;
+  po.fsdp.compute_dtype = dist::mixed_precision_compute_dtype(resolved_.model_args().compute_dtype);
   po.expert = expert_parallel_options(config_.parallelism);
   po.context.load_balanced = config_.parallelism.context_parallel_load_balance;
   po.context.async = config_.parallelism.context_parallel_async;
