@@ -47,7 +47,7 @@
 #include "loom/train/distributed.h"
 #include "loom/train/hardware.h"
 #include "loom/train/schedule.h"
-#include "tp_volume.h"
+#include "loom/plan/tp_volume.h"
 
 #include "bench_util.h"
 
@@ -113,9 +113,9 @@ StateBytes state_bytes(nn::Module& module, const optim::Optimizer& opt) {
   return b;
 }
 
-void print_sites(const std::vector<bench::VolumeSite>& sites) {
+void print_sites(const std::vector<plan::VolumeSite>& sites) {
   std::fprintf(stderr, "%-64s %-5s %6s %14s %14s\n", "counted site", "group", "count", "forward B", "backward B");
-  for (const bench::VolumeSite& s : sites)
+  for (const plan::VolumeSite& s : sites)
     std::fprintf(stderr, "%-64s %-5s %6lld %14lld %14lld\n", s.what.c_str(), s.group.c_str(),
                  static_cast<long long>(s.count), static_cast<long long>(s.forward_bytes),
                  static_cast<long long>(s.backward_bytes));
@@ -164,12 +164,12 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   LOOM_CHECK(recomputed.empty() || static_cast<int64_t>(recomputed.size()) == total_layers, ValueError,
              "bench_tp counts the all-gathers of every layer recomputed or none, but recompute_comm covers ",
              recomputed.size(), " of ", total_layers, " layers; list every layer");
-  bench::TpStepShape shape;
+  plan::TpStepShape shape;
   shape.batch = B;
   shape.seq = S;
   shape.gathers_recomputed = !recomputed.empty();
   shape.world_size = mesh->world_size();
-  const std::vector<bench::VolumeSite> sites = bench::count_tp_volume(args, t, shape);
+  const std::vector<plan::VolumeSite> sites = plan::count_tp_volume(args, t, shape);
 
   const int shard = layout.dims.dataset_shard_id(rt.rank()), shards = layout.dims.num_dataset_shards();
   std::vector<double> times, comm_times;
@@ -211,7 +211,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   std::sort(comm_times.begin(), comm_times.end());
   const double median = times[times.size() / 2], comm_median = comm_times[comm_times.size() / 2];
   const StateBytes state = state_bytes(model->module(), *optimizer);
-  const int64_t counted_tp = bench::total_bytes(sites, "tp");
+  const int64_t counted_tp = plan::total_bytes(sites, "tp");
   if (rt.rank() == 0) {
     print_sites(sites);
     Json r = {{"config", command_line.config_path},
@@ -227,7 +227,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
               {"median_collective_s", comm_median},
               {"tokens_per_s", static_cast<double>(shards * B * S) / median},
               {"bytes_sent_per_step", {{"tp", tp_bytes}, {"all_groups", all_bytes}}},
-              {"counted_bytes_per_step", {{"tp", counted_tp}, {"tp_kv_not_in_stats", bench::total_bytes(sites, "tp_kv")}}},
+              {"counted_bytes_per_step", {{"tp", counted_tp}, {"tp_kv_not_in_stats", plan::total_bytes(sites, "tp_kv")}}},
               {"bytes_ratio", counted_tp > 0 ? static_cast<double>(tp_bytes) / static_cast<double>(counted_tp) : 1.0},
               {"state_bytes", {{"total", state.total}, {"params", state.params}, {"grads", state.grads},
                                {"optimizer", state.optimizer}}},
@@ -239,8 +239,8 @@ int run(int argc, char** argv, dist::Runtime& rt) {
               {"peak_bytes", mem.peak_bytes},
               {"activation_peak_bytes", mem.peak_bytes - mem.current_bytes},
               {"counted_sites", Json::array()}};
-    for (const bench::VolumeSite& site : sites)
-      r["counted_sites"].push_back({{"kind", bench::site_kind_name(site.kind)}, {"what", site.what},
+    for (const plan::VolumeSite& site : sites)
+      r["counted_sites"].push_back({{"kind", plan::site_kind_name(site.kind)}, {"what", site.what},
                                     {"group", site.group}, {"count", site.count},
                                     {"forward_bytes", site.forward_bytes}, {"backward_bytes", site.backward_bytes}});
     std::printf("RESULT %s\n", r.dump().c_str());

@@ -55,24 +55,6 @@ bool recomputed(const memory::RecomputeOptions& r, std::int64_t layer) {
   return false;
 }
 
-std::optional<std::int64_t> parse_size(std::string text) {
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
-  if (text.empty()) return std::nullopt;
-  double scale = 1;
-  const char last = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
-  const std::string units = "KMGT";
-  if (auto u = units.find(last); u != std::string::npos) {
-    scale = std::pow(1024.0, static_cast<double>(u + 1));
-    text.pop_back();
-  } else if (last == 'B') {
-    text.pop_back();
-  }
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || *end != '\0' || !std::isfinite(v) || v <= 0 || v * scale > 9.0e18) return std::nullopt;
-  return static_cast<std::int64_t>(v * scale);
-}
-
 std::optional<std::int64_t> read_number_file(const char* path) {
   std::ifstream in(path);
   std::string word;
@@ -96,6 +78,24 @@ std::optional<std::int64_t> mem_available() {
 
 }  // namespace
 
+std::optional<std::int64_t> parse_size(std::string text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  if (text.empty()) return std::nullopt;
+  double scale = 1;
+  const char last = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
+  const std::string units = "KMGT";
+  if (auto u = units.find(last); u != std::string::npos) {
+    scale = std::pow(1024.0, static_cast<double>(u + 1));
+    text.pop_back();
+  } else if (last == 'B') {
+    text.pop_back();
+  }
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !std::isfinite(v) || v <= 0 || v * scale > 9.0e18) return std::nullopt;
+  return static_cast<std::int64_t>(v * scale);
+}
+
 std::int64_t MemoryEstimate::per_rank_bytes() const {
   const char* f = "the memory estimate";
   return checked_add(checked_add(parameter_bytes, gradient_bytes, f, "hidden_size"),
@@ -106,6 +106,29 @@ std::int64_t MemoryEstimate::host_bytes() const {
   return checked_mul(per_rank_bytes(), ranks_per_host, "bytes per rank × ranks on the host", "hidden_size");
 }
 
+std::int64_t micro_batch_activation_bytes(const TrainConfig& c, const models::ModelArgs& a,
+                                          const ParallelLayout& layout, const memory::RecomputeOptions& recompute,
+                                          std::int64_t seq_length, const std::vector<std::int64_t>& layers,
+                                          bool logits) {
+  const auto& d = layout.dims;
+  const std::int64_t tp = d.tp();
+  const std::int64_t tokens = checked_mul(c.training.local_batch_size, ceil_div(seq_length, d.cp()),
+                                          "local_batch_size × seq_length", "seq_length");
+  std::int64_t per_token = 0;
+  for (std::int64_t i : layers)
+    per_token = checked_add(per_token, layer_activation_elements(a, i, recomputed(recompute, i)),
+                            "num_hidden_layers × activations per layer", "num_hidden_layers");
+  const std::int64_t cb = static_cast<std::int64_t>(dtype_size(a.compute_dtype));
+  const std::int64_t layer_bytes = checked_mul(ceil_div(checked_mul(per_token, cb, "activation bytes per token",
+                                                                    "hidden_size"), tp),
+                                               tokens, "activation bytes per token × tokens", "seq_length");
+  if (!logits) return layer_bytes;
+  const std::int64_t logit_bytes = checked_mul(checked_mul(ceil_div(a.vocab_size, tp), 4, "vocab_size × 4 bytes",
+                                                           "vocab_size"),
+                                               tokens, "vocab_size × tokens of a micro-batch", "vocab_size");
+  return checked_add(layer_bytes, logit_bytes, "activation bytes", "seq_length");
+}
+
 MemoryEstimate estimate_memory(const TrainConfig& c, const models::ModelArgs& a, const ParallelLayout& layout,
                                const memory::RecomputeOptions& recompute, std::int64_t seq_length, int ranks_per_host) {
   MemoryEstimate e;
@@ -113,7 +136,7 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const models::ModelArgs& a,
   const auto& d = layout.dims;
   // Routed experts are split over ep · efsdp = tp · fsdp ranks, like the dense weights; pipeline
   // stages hold 1/pp of the layers each (at least: the end stages also hold the embedding/head).
-  const std::int64_t tp = d.tp(), shards = static_cast<std::int64_t>(d.tp()) * d.fsdp() * d.pp();
+  const std::int64_t shards = static_cast<std::int64_t>(d.tp()) * d.fsdp() * d.pp();
   const std::int64_t params = ceil_div(models::count_parameters(a).total, shards);
   const std::int64_t b = static_cast<std::int64_t>(dtype_size(a.params_dtype));
   e.parameter_bytes = checked_mul(params, b, "parameters per rank × params_dtype bytes", "hidden_size");
@@ -123,21 +146,9 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const models::ModelArgs& a,
 
   // One micro-batch's tokens on this rank through every layer of the model: under pp the first
   // stage holds 1/pp of the layers for up to pp micro-batches in flight (1F1B), the same bytes.
-  const std::int64_t tokens = checked_mul(c.training.local_batch_size, ceil_div(seq_length, d.cp()),
-                                          "local_batch_size × seq_length", "seq_length");
-  std::int64_t per_token = 0;
-  const std::int64_t layers = a.num_layers + a.mtp_num_layers;
-  for (std::int64_t i = 0; i < layers; ++i)
-    per_token = checked_add(per_token, layer_activation_elements(a, i, recomputed(recompute, i)),
-                            "num_hidden_layers × activations per layer", "num_hidden_layers");
-  const std::int64_t cb = static_cast<std::int64_t>(dtype_size(a.compute_dtype));
-  const std::int64_t layer_bytes = checked_mul(ceil_div(checked_mul(per_token, cb, "activation bytes per token",
-                                                                    "hidden_size"), tp),
-                                               tokens, "activation bytes per token × tokens", "seq_length");
-  const std::int64_t logit_bytes = checked_mul(checked_mul(ceil_div(a.vocab_size, tp), 4, "vocab_size × 4 bytes",
-                                                           "vocab_size"),
-                                               tokens, "vocab_size × tokens of a micro-batch", "vocab_size");
-  e.activation_bytes = checked_add(layer_bytes, logit_bytes, "activation bytes", "seq_length");
+  std::vector<std::int64_t> every_layer;
+  for (std::int64_t i = 0; i < a.num_layers + a.mtp_num_layers; ++i) every_layer.push_back(i);
+  e.activation_bytes = micro_batch_activation_bytes(c, a, layout, recompute, seq_length, every_layer, true);
   return e;
 }
 

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "loom/config/parallel_layout.h"
 #include "loom/config/sections.h"
@@ -44,6 +45,16 @@ struct MemoryEstimate {
   std::int64_t per_rank_bytes() const;
   std::int64_t host_bytes() const;  // per_rank_bytes() · ranks_per_host
 };
+
+// The activations one micro-batch leaves for the backward on one rank, through the decoder (and
+// MTP: indices num_layers..) layers `layers`, plus the fp32 logits when `logits` (the stage that
+// runs the head): the per-token formula above. The start-up estimate takes every layer; the
+// planner (src/loom/plan) takes a pipeline stage's layers and multiplies by the micro-batches
+// its schedule keeps in flight.
+std::int64_t micro_batch_activation_bytes(const TrainConfig& config, const models::ModelArgs& model,
+                                          const ParallelLayout& layout, const memory::RecomputeOptions& recompute,
+                                          std::int64_t seq_length, const std::vector<std::int64_t>& layers,
+                                          bool logits);
 
 // Throws models::SizeOverflow naming the fields when a product of sizes does not fit 64 bits.
 MemoryEstimate estimate_memory(const TrainConfig& config, const models::ModelArgs& model, const ParallelLayout& layout,
@@ -66,6 +77,10 @@ std::optional<HostMemory> host_memory();
 // per category, the host sum, the limit and the fixes that apply.
 std::string memory_fit_problem(const MemoryEstimate& estimate, const HostMemory& host, const TrainConfig& config,
                                const models::ModelArgs& model, const memory::RecomputeOptions& recompute);
+
+// "64G", "1.5T", "4096": bytes, or a number with K, M, G or T (binary units, an optional B);
+// nullopt when it is not a positive size.
+std::optional<std::int64_t> parse_size(std::string text);
 
 // 1536 -> "1.5 KiB".
 std::string format_bytes(std::int64_t bytes);

@@ -25,14 +25,6 @@ bool matches_unit_pattern(const std::string& path, const std::string& pattern) {
   return path == pattern;
 }
 
-bool reshard_policy(const FsdpOptions& o) {
-  const std::string& p = o.reshard_after_forward_policy;
-  if (p == "always") return true;
-  if (p == "never") return false;
-  LOOM_CHECK(p == "default", ConfigError, "parallelism.reshard_after_forward_policy must be 'always', 'never' or "
-             "'default', got '", p, "'");
-  return !o.pipeline_parallel;  // spec parallel_training.md §1.3: default = never under PP
-}
 
 // The wrapper every module owning parameters of `unit` (and the unit's top module) gets. The
 // outermost wrapped call of a unit gathers, runs the forward with the parameter-view hooks,
@@ -69,6 +61,15 @@ nn::ForwardWrapper fsdp_wrapper(const std::shared_ptr<FsdpUnit>& unit_ptr) {
 
 FullyShardedModel::~FullyShardedModel() = default;
 
+bool reshard_after_forward(const FsdpOptions& o) {
+  const std::string& p = o.reshard_after_forward_policy;
+  if (p == "always") return true;
+  if (p == "never") return false;
+  LOOM_CHECK(p == "default", ConfigError, "parallelism.reshard_after_forward_policy must be 'always', 'never' or "
+             "'default', got '", p, "'");
+  return !o.pipeline_parallel;  // spec parallel_training.md §1.3: default = never under PP
+}
+
 std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr<DeviceMesh> mesh,
                                               const FsdpOptions& options) {
   LOOM_CHECK(mesh != nullptr, ValueError, "apply_fsdp: the device mesh is null");
@@ -76,7 +77,7 @@ std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr
   fsdp->model_ = &model;
   fsdp->mesh_ = mesh;
   fsdp->options_ = options;
-  fsdp->reshard_after_forward_ = reshard_policy(options);
+  fsdp->reshard_after_forward_ = reshard_after_forward(options);
 
   FsdpUnitConfig layer_config;
   layer_config.shard_axis = "fsdp";

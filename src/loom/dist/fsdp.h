@@ -61,6 +61,11 @@ struct FsdpOptions {
   std::vector<std::string> unit_paths;
 };
 
+// Whether units free their gathered parameters after forward under `options`
+// (reshard_after_forward_policy; 'default' is always without pipeline parallelism, never with it).
+// ConfigError naming the field for another value.
+bool reshard_after_forward(const FsdpOptions& options);
+
 struct FsdpMemory {
   int64_t sharded_param_bytes = 0;  // persistent (device pool, or host pool with cpu_offload)
   int64_t sharded_grad_bytes = 0;   // persistent fp32 main-grad shards

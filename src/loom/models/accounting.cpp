@@ -138,16 +138,22 @@ ParameterCounts count_parameters(const ModelArgs& a) {
   return p;
 }
 
+double head_flops_per_token(const ModelArgs& a) {
+  return 6.0 * static_cast<double>(mul(a.vocab_size, a.hidden_size, "vocab_size × hidden_size", "vocab_size"));
+}
+
+double layer_flops_per_token(const ModelArgs& a, int64_t index, int64_t seq) {
+  LayerCounts c = layer_counts(a, index);
+  double flops = 6.0 * static_cast<double>(c.matmul_active) + attention_flops(a, seq);
+  if (index >= a.num_layers)  // an MTP depth: its eh_proj and one more LM-head product
+    flops += 6.0 * static_cast<double>(2 * a.hidden_size * a.hidden_size) + head_flops_per_token(a);
+  return flops;
+}
+
 double training_flops_per_token(const ModelArgs& a, int64_t seq, bool include_mtp) {
-  ParameterCounts p = count_parameters(a);
-  double flops = 6.0 * static_cast<double>(p.matmul_per_token) + attention_flops(a, seq) * a.num_layers;
-  if (include_mtp)
-    for (int64_t k = 0; k < a.mtp_num_layers; ++k) {
-      LayerCounts c = layer_counts(a, a.num_layers + k);
-      const double matmul = static_cast<double>(c.matmul_active + 2 * a.hidden_size * a.hidden_size +
-                                                a.vocab_size * a.hidden_size);
-      flops += 6.0 * matmul + attention_flops(a, seq);
-    }
+  double flops = head_flops_per_token(a);
+  const int64_t layers = a.num_layers + (include_mtp ? a.mtp_num_layers : 0);
+  for (int64_t i = 0; i < layers; ++i) flops += layer_flops_per_token(a, i, seq);
   return flops;
 }
 

@@ -40,7 +40,13 @@ struct ParameterCounts {
 // Throws SizeOverflow when the sizes' products do not fit 64 bits (ModelArgs::validate reports it).
 ParameterCounts count_parameters(const ModelArgs& args);
 
-// Training (forward + backward) FLOPs per token for sequences of `seq_length` tokens.
+// Training (forward + backward) FLOPs per token for sequences of `seq_length` tokens: the head's
+// plus every layer's (the MTP depths' when include_mtp), the two terms below.
 double training_flops_per_token(const ModelArgs& args, int64_t seq_length, bool include_mtp = true);
+// The LM head's product, 6·vocab_size·hidden_size (the input embedding is a lookup, not counted).
+double head_flops_per_token(const ModelArgs& args);
+// Decoder layer `index` (num_layers.. are the MTP depths, with their eh_proj and head product):
+// 6·its matmul weights a token uses + the attention products.
+double layer_flops_per_token(const ModelArgs& args, int64_t index, int64_t seq_length);
 
 }  // namespace loom::models

@@ -1,11 +1,11 @@
-#include "tp_volume.h"
+#include "loom/plan/tp_volume.h"
 
 #include <algorithm>
 
 #include "loom/core/error.h"
 #include "loom/kernels/cpu/cross_entropy.h"
 
-namespace loom::bench {
+namespace loom::plan {
 
 namespace {
 
@@ -37,7 +37,9 @@ struct Ctx {
   int t;
   const TpStepShape& step;
   // One sequence move of [B, S, w] between split and whole (either direction).
-  int64_t move(int64_t width) const { return all_gather_bytes(step.batch * step.seq / t * width, kF32, t); }
+  int64_t move(int64_t width) const {
+    return all_gather_bytes(step.batch * step.seq / t * width, step.activation_bytes ? step.activation_bytes : kF32, t);
+  }
   // A layer's sequence all-gather: forward, and its reduce-scatter (+ the gather again) backward.
   void gather(Sites& s, SiteKind kind, const std::string& what, int64_t width) const {
     s.add(kind, what, move(width), move(width) + (step.gathers_recomputed ? move(width) : 0));
@@ -117,8 +119,10 @@ void mlp_sites(Sites& s, const Ctx& x, int64_t layer) {
   s.add(SiteKind::moe, "MoE routing counts all-reduce (after the step)", 0, all_reduce_bytes(E, kI64, x.t));
   const int64_t F = c.moe_intermediate_size;
   s.partial_grad("MoE router, experts, shared experts", E * D, x.t);
-  s.partial_grad("MoE router, experts, shared experts", E * D * 2 * F, x.t);
-  s.partial_grad("MoE router, experts, shared experts", E * F * D, x.t);
+  if (!x.step.experts_on_ep) {  // under expert parallelism the routed experts are not partial over tp
+    s.partial_grad("MoE router, experts, shared experts", E * D * 2 * F, x.t);
+    s.partial_grad("MoE router, experts, shared experts", E * F * D, x.t);
+  }
   if (const int64_t Fs = c.shared_expert_intermediate_size; Fs > 0) {
     s.partial_grad("MoE router, experts, shared experts", (c.gated_linear_unit ? 2 : 1) * Fs * D, x.t);
     if (c.mlp_bias) s.partial_grad("MoE router, experts, shared experts", (c.gated_linear_unit ? 2 : 1) * Fs, x.t);
@@ -136,9 +140,10 @@ void layer_sites(Sites& s, const Ctx& x, int64_t layer) {
 
 // The embedding lookup, the head's gather and the vocabulary-split loss: once for the main loss
 // and once per MTP depth.
-void embedding_head_loss_sites(Sites& s, const Ctx& x) {
+void embedding_head_loss_sites(Sites& s, const Ctx& x, bool embedding) {
   const int64_t D = x.c.hidden_size, N = x.step.batch * x.step.seq;
-  s.add(SiteKind::vocabulary, "embedding reduce-scatter [B,S,D]", x.move(D), x.move(D));
+  if (embedding) s.add(SiteKind::vocabulary, "embedding reduce-scatter [B,S,D]", x.move(D), x.move(D));
+  if (!x.step.head) return;
   s.add(SiteKind::vocabulary, "head input all-gather [B,S/t,D]", x.move(D), x.move(D));
   const int64_t chunk = kernels::cpu::linear_cross_entropy_chunk(N, x.c.vocab_size / x.t, 0);
   int64_t bytes = 0;
@@ -168,18 +173,25 @@ int64_t all_reduce_bytes(int64_t elements, int64_t elem_bytes, int t) {
 
 std::vector<VolumeSite> count_tp_volume(const nn::TransformerConfig& c, int t, const TpStepShape& step) {
   for (DType d : {c.params_dtype, c.compute_dtype, c.layernorm_compute_dtype, c.router_dense_type})
-    LOOM_CHECK(d == DType::f32, ValueError, "the counted tensor-parallel volume assumes float32 throughout; set "
+    LOOM_CHECK(d == DType::f32 || step.activation_bytes > 0, ValueError, "the counted tensor-parallel volume assumes float32 throughout; set "
                "model.params_dtype, compute_dtype, layernorm_compute_dtype and router_dense_type to float32");
   LOOM_CHECK(t >= 1 && step.seq % t == 0, ValueError, "the sequence length ", step.seq,
              " must divide by tensor_parallel ", t);
   Sites s;
   if (t == 1) return s.take();
   const Ctx x{c, t, step};
-  for (int64_t k = 0; k <= c.mtp_num_layers; ++k) embedding_head_loss_sites(s, x);
-  for (int64_t l = 0; l < c.num_layers + c.mtp_num_layers; ++l) layer_sites(s, x, l);
+  // The main loss (embedding on the first stage, head on the last), then each MTP depth's, which
+  // embeds again and runs the head on the last stage.
+  embedding_head_loss_sites(s, x, step.embedding);
+  if (step.head)
+    for (int64_t k = 0; k < c.mtp_num_layers; ++k) embedding_head_loss_sites(s, x, true);
+  const int64_t last = step.last_layer < 0 ? c.num_layers - 1 : std::min<int64_t>(step.last_layer, c.num_layers - 1);
+  for (int64_t l = std::max<int64_t>(0, step.first_layer); l <= last; ++l) layer_sites(s, x, l);
+  if (step.head)
+    for (int64_t l = c.num_layers; l < c.num_layers + c.mtp_num_layers; ++l) layer_sites(s, x, l);
   const int64_t D = c.hidden_size;
-  x.norm(s, D);  // decoder.final_layernorm
-  for (int64_t k = 0; k < c.mtp_num_layers; ++k) {
+  if (step.head) x.norm(s, D);  // decoder.final_layernorm
+  for (int64_t k = 0; step.head && k < c.mtp_num_layers; ++k) {
     x.norm(s, D);  // enorm
     x.norm(s, D);  // hnorm
     s.partial_grad("MTP eh_proj", D * 2 * D, t);
@@ -187,16 +199,19 @@ std::vector<VolumeSite> count_tp_volume(const nn::TransformerConfig& c, int t, c
   }
   // The step's logged values, one f64 each: loss, the extras (balance loss, MTP loss and each
   // depth's), the grad norm's Σg².
-  int64_t moe_layers = 0;
-  for (int64_t l = 0; l < c.num_layers + c.mtp_num_layers; ++l) moe_layers += c.is_moe_layer(l) ? 1 : 0;
-  const BalanceStatistics b = balance_statistics(c);
-  const int64_t extras = (moe_layers > 0 && (b.per_token || b.per_sequence) ? 1 : 0) +
-                         (c.mtp_num_layers > 0 ? 1 + c.mtp_num_layers : 0);
+  const int64_t extras = logged_extra_losses(c);
   const int n = step.world_size;
   const std::string scalars = n == t ? "tp" : "world";
   s.add(SiteKind::scalars, "loss and extra-loss scalars (world)", (1 + extras) * all_reduce_bytes(1, kF64, n), 0, scalars);
   s.add(SiteKind::scalars, "grad-norm scalar (world)", 0, all_reduce_bytes(1, kF64, n), scalars);
   return s.take();
+}
+
+int64_t logged_extra_losses(const nn::TransformerConfig& c) {
+  int64_t moe_layers = 0;
+  for (int64_t l = 0; l < c.num_layers + c.mtp_num_layers; ++l) moe_layers += c.is_moe_layer(l) ? 1 : 0;
+  const BalanceStatistics b = balance_statistics(c);
+  return (moe_layers > 0 && (b.per_token || b.per_sequence) ? 1 : 0) + (c.mtp_num_layers > 0 ? 1 + c.mtp_num_layers : 0);
 }
 
 const char* site_kind_name(SiteKind kind) {
@@ -218,4 +233,4 @@ int64_t total_bytes(const std::vector<VolumeSite>& sites, const std::string& gro
   return total;
 }
 
-}  // namespace loom::bench
+}  // namespace loom::plan

@@ -41,7 +41,8 @@
 //                   on a sub-group of tp that the mesh does not list (its bytes are in no CommStats)
 //
 // Every value is counted as float32 (the benchmark's models are float32 throughout; the count
-// refuses others rather than guess which sites would move bf16).
+// refuses others rather than guess which sites would move bf16) unless the caller gives the
+// activations' element size (TpStepShape::activation_bytes: the planner, src/loom/plan/planner.h).
 #pragma once
 
 #include <cstdint>
@@ -50,7 +51,7 @@
 
 #include "loom/nn/transformer_config.h"
 
-namespace loom::bench {
+namespace loom::plan {
 
 // The transport's bytes for t ranks (see above); elem_bytes per element.
 int64_t all_gather_bytes(int64_t elements_per_rank, int64_t elem_bytes, int t);
@@ -62,6 +63,14 @@ struct TpStepShape {
   int64_t seq = 1;                  // tokens per sequence (divisible by t)
   bool gathers_recomputed = false;  // recompute_comm '.*\.all_gather' on every layer
   int world_size = 1;               // t without data parallelism: the step's scalars then share tp's communicator
+  // 0: every value is float32 (checked); else the bytes of one activation element (compute_dtype),
+  // for the planner (grads and the loss's reductions stay float32).
+  int64_t activation_bytes = 0;
+  // One pipeline stage: its decoder layers [first_layer, last_layer] (-1: to the last), whether it
+  // embeds (the first stage) and runs the head, the final norm and MTP (the last stage).
+  int64_t first_layer = 0, last_layer = -1;
+  bool embedding = true, head = true;
+  bool experts_on_ep = false;  // routed experts split by expert parallelism: not summed over tp
 };
 
 // What a site moves, for tables by kind.
@@ -90,7 +99,11 @@ struct VolumeSite {
 // left out. ValueError when the configuration is not float32 throughout.
 std::vector<VolumeSite> count_tp_volume(const nn::TransformerConfig& c, int t, const TpStepShape& step);
 
+// The extra losses a step logs besides the loss (the balance loss, the MTP loss and each depth's):
+// each is one more f64 all-reduce over the world.
+int64_t logged_extra_losses(const nn::TransformerConfig& c);
+
 // Σ bytes of the sites on `group`.
 int64_t total_bytes(const std::vector<VolumeSite>& sites, const std::string& group);
 
-}  // namespace loom::bench
+}  // namespace loom::plan

@@ -1,0 +1,123 @@
+#include "loom/plan/device_profile.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "loom/config/memory_estimate.h"
+#include "loom/core/error.h"
+#include "loom/kernels/cpu/cpu_isa.h"
+
+namespace loom::plan {
+
+namespace {
+
+DeviceProfile hopper(const std::string& name, int64_t memory_bytes, double bandwidth, const std::string& source) {
+  DeviceProfile d;
+  d.name = name;
+  d.devices_per_node = 8;
+  d.memory_bytes = memory_bytes;
+  d.matrix_flops = {{"float32", 67e12}, {"bfloat16", 989e12}, {"float16", 989e12}};
+  d.memory_bandwidth = bandwidth;
+  d.intra_node_bandwidth = 450e9;
+  d.inter_node_bandwidth = 50e9;
+  d.source = source;
+  return d;
+}
+
+DeviceProfile cpu_profile() {
+  namespace k = kernels::cpu;
+  const k::MatrixDispatch& m = k::matrix_dispatch();
+  const double fp32_per_cycle = m.features.avx512_core ? 64 : m.features.avx2_fma ? 32 : 8;
+  const double bf16_per_cycle = m.path == k::MatrixPath::amx_bf16      ? 16 * fp32_per_cycle
+                                : m.path == k::MatrixPath::avx512_bf16 ? 2 * fp32_per_cycle
+                                                                       : fp32_per_cycle;
+  const double clock = 3.0e9;
+  DeviceProfile d;
+  d.name = "cpu";
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  d.devices_per_node = static_cast<int>(cores);
+  // One rank per core: each gets its share of the host.
+  const auto host = config::host_memory();
+  d.memory_bytes = host ? host->bytes / static_cast<int64_t>(cores) : int64_t{4} << 30;
+  d.matrix_flops = {{"float32", fp32_per_cycle * clock}, {"bfloat16", bf16_per_cycle * clock},
+                    {"float16", fp32_per_cycle * clock}};
+  d.memory_bandwidth = 20e9;
+  d.intra_node_bandwidth = 20e9;
+  d.inter_node_bandwidth = 1.25e9;
+  d.source = std::string("this CPU (") + k::matrix_path_name(m.path) + " matrix path, " + std::to_string(cores) +
+             " cores at an assumed 3.0 GHz; memory and links are documented defaults)";
+  return d;
+}
+
+DeviceProfile profile_file(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    LOOM_THROW(ConfigError, "device profile ", path, ": not YAML or JSON (", e.what(), "); write the fields of "
+               "docs/plan.md \"Device profiles\"");
+  }
+  LOOM_CHECK(root.IsMap(), ConfigError, "device profile ", path, ": expected a mapping of the profile fields "
+             "(name, devices_per_node, memory_bytes, matrix_flops, memory_bandwidth, intra_node_bandwidth, "
+             "inter_node_bandwidth)");
+  auto number = [&](const YAML::Node& parent, const std::string& key, const std::string& where) {
+    const YAML::Node n = parent[key];
+    LOOM_CHECK(n && n.IsScalar(), ConfigError, "device profile ", path, ": ", where, key, " is missing; give it as a "
+               "number (see docs/plan.md \"Device profiles\")");
+    double v = 0;
+    try {
+      v = n.as<double>();
+    } catch (const YAML::Exception&) {
+      LOOM_THROW(ConfigError, "device profile ", path, ":", n.Mark().line + 1, ": ", where, key, " is '", n.Scalar(),
+                 "', not a number");
+    }
+    LOOM_CHECK(v > 0, ConfigError, "device profile ", path, ":", n.Mark().line + 1, ": ", where, key,
+               " must be > 0, got ", n.Scalar());
+    return v;
+  };
+  DeviceProfile d;
+  d.name = root["name"] ? root["name"].as<std::string>() : std::filesystem::path(path).stem().string();
+  d.devices_per_node = static_cast<int>(number(root, "devices_per_node", ""));
+  d.memory_bytes = root["memory_gib"] ? static_cast<int64_t>(number(root, "memory_gib", "") * (1 << 30))
+                                      : static_cast<int64_t>(number(root, "memory_bytes", ""));
+  const YAML::Node flops = root["matrix_flops"];
+  LOOM_CHECK(flops && flops.IsMap(), ConfigError, "device profile ", path, ": matrix_flops is missing; give a "
+             "mapping of dtype to FLOP/s, e.g. matrix_flops: {float32: 6.7e13, bfloat16: 9.89e14}");
+  for (const auto& kv : flops) {
+    const std::string dtype = kv.first.as<std::string>();
+    LOOM_CHECK(dtype == "float32" || dtype == "bfloat16" || dtype == "float16", ConfigError, "device profile ", path,
+               ":", kv.first.Mark().line + 1, ": matrix_flops.", dtype, " is not a dtype; use float32, bfloat16 "
+               "or float16");
+    d.matrix_flops[dtype] = number(flops, dtype, "matrix_flops.");
+  }
+  d.memory_bandwidth = number(root, "memory_bandwidth", "");
+  d.intra_node_bandwidth = number(root, "intra_node_bandwidth", "");
+  d.inter_node_bandwidth = number(root, "inter_node_bandwidth", "");
+  d.source = "profile file " + path;
+  return d;
+}
+
+}  // namespace
+
+double DeviceProfile::flops_for(DType dtype) const {
+  const std::string key = dtype_name(dtype);
+  auto it = matrix_flops.find(key);
+  LOOM_CHECK(it != matrix_flops.end(), ConfigError, "device profile '", name, "' has no matrix_flops.", key,
+             " for the model's compute_dtype; add it to the profile");
+  return it->second;
+}
+
+DeviceProfile device_profile(const std::string& name) {
+  if (name == "cpu") return cpu_profile();
+  if (name == "h100")
+    return hopper("h100", int64_t{80} * 1000 * 1000 * 1000, 3.35e12, "NVIDIA H100 SXM5 datasheet (dense, no sparsity)");
+  if (name == "h200")
+    return hopper("h200", int64_t{141} * 1000 * 1000 * 1000, 4.8e12, "NVIDIA H200 SXM datasheet (dense, no sparsity)");
+  LOOM_CHECK(std::filesystem::is_regular_file(name), ConfigError, "--device ", name, ": not a built-in profile "
+             "(cpu, h100, h200) and no such file; give one of those or a YAML/JSON profile file");
+  return profile_file(name);
+}
+
+}  // namespace loom::plan

@@ -1,0 +1,157 @@
+#include "loom/plan/planner.h"
+
+#include <algorithm>
+
+#include "loom/config/memory_estimate.h"
+#include "loom/core/error.h"
+#include "loom/models/accounting.h"
+#include "loom/plan/traffic.h"
+
+namespace loom::plan {
+
+namespace {
+
+bool recomputed(const memory::RecomputeOptions& r, int64_t layer) {
+  if (r.mode == memory::RecomputeOptions::Mode::full) return r.full_layers.count(layer) > 0;
+  return false;  // selective recompute rebuilds a part of the layer: its FLOPs are not added
+}
+
+// Micro-batches (chunk-sized pieces under interleaving) pipeline rank p holds at its peak, and
+// the fraction of the stage's activations each is.
+std::pair<int64_t, double> in_flight(const config::ResolvedConfig& r, int p) {
+  const int64_t M = r.layout.num_accumulation_steps;
+  const auto& pipe = r.layout.pipeline;
+  const int pp = r.layout.dims.pp();
+  if (!pipe || pp <= 1) return {1, 1.0};
+  if (pipe->schedule == "gpipe") return {M, 1.0};
+  const int v = pipe->interleave_num;
+  if (v <= 1) return {std::min<int64_t>(M, pp - p), 1.0};
+  const int64_t warmup = 2 * static_cast<int64_t>(pp - p - 1) + static_cast<int64_t>(v - 1) * pp + 1;
+  return {std::min<int64_t>(M * v, warmup), 1.0 / v};
+}
+
+bool crosses_nodes(const std::vector<int>& members, int per_node) {
+  for (int m : members)
+    if (m / per_node != members.front() / per_node) return true;
+  return false;
+}
+
+}  // namespace
+
+int64_t planned_seq_length(const config::ResolvedConfig& r) {
+  const int64_t data = r.loader ? r.loader->config.seq_length : 0;
+  const int64_t seq = data > 0 ? data : r.model_args().seq_length;
+  LOOM_CHECK(seq > 0, ConfigError, "loom plan needs the sequence length: set train_dataset.dataloader.config."
+             "seq_length (or model.seq_length)");
+  return seq;
+}
+
+Plan make_plan(const config::TrainConfig& config, const config::ResolvedConfig& resolved, const DeviceProfile& device,
+               int64_t device_memory, const PlanOptions& options) {
+  const models::ModelArgs& a = resolved.model_args();
+  const dist::ParallelDims& d = resolved.layout.dims;
+  Plan plan;
+  plan.world_size = d.world_size();
+  plan.dims = d;
+  plan.virtual_pp = resolved.layout.pipeline ? resolved.layout.pipeline->interleave_num : 1;
+  plan.device = device;
+  plan.device_memory_bytes = device_memory;
+  plan.seq_length = planned_seq_length(resolved);
+  const int64_t seq = plan.seq_length;
+  const int64_t M = resolved.layout.num_accumulation_steps;
+  plan.tokens_per_step = resolved.layout.samples_per_step * seq;
+  plan.model_flops_per_step = models::training_flops_per_token(a, seq) * static_cast<double>(plan.tokens_per_step);
+  const bool reshard = reshard_after_forward(config.parallelism, d);
+  const double peak_flops = device.flops_for(a.compute_dtype);
+  const bool gpu = device.name != "cpu";
+  // Tokens one rank's matrix work covers per step: its data shard's, split over cp and tp.
+  const double rank_tokens = static_cast<double>(M * config.training.local_batch_size * seq) / (d.cp() * d.tp());
+
+  double slowest = 0;
+  for (int p = 0; p < d.pp(); ++p) {
+    const int first = d.rank_of({p, 0, 0, 0, 0});
+    const std::vector<HeldParameter> held =
+        options.held ? options.held(p, first) : held_parameters(config, resolved, first);
+    // Layers, FLOPs and activations of the stage.
+    const std::vector<StageChunk> chunks = stage_chunks(resolved, p);
+    std::vector<int64_t> layers, device_layers;
+    bool head = false;
+    double flops_per_token = 0, recompute_per_token = 0;
+    for (const StageChunk& c : chunks) {
+      head = head || c.head;
+      for (int64_t l = c.first_layer; l <= c.last_layer && l < a.num_layers; ++l) layers.push_back(l);
+      if (c.head) {
+        for (int64_t k = 0; k < a.mtp_num_layers; ++k) layers.push_back(a.num_layers + k);
+        flops_per_token += models::head_flops_per_token(a);
+      }
+    }
+    for (int64_t l : layers) {
+      const double f = models::layer_flops_per_token(a, l, seq);
+      flops_per_token += f;
+      if (recomputed(resolved.recompute, l)) recompute_per_token += f / 3;  // one more forward
+      if (!(gpu && resolved.swap.enable && resolved.swap.layers.count(l))) device_layers.push_back(l);
+    }
+    const auto [flight, fraction] = in_flight(resolved, p);
+    const int64_t micro = config::micro_batch_activation_bytes(config, a, resolved.layout, resolved.recompute, seq,
+                                                               device_layers, head);
+    const int64_t activations = static_cast<int64_t>(static_cast<double>(micro) * fraction * static_cast<double>(flight));
+
+    // Ranks of the stage, grouped by what they hold (FSDP's last rows make the optimizer state
+    // of the last shard ranks smaller).
+    std::vector<RolePlan> stage_roles;
+    for (int r = first; r < d.world_size(); ++r) {
+      if (d.coordinates(r).pp != p) continue;
+      if (!options.roles && r != first) break;
+      StateBytes s = state_bytes(held, d, r, reshard);
+      auto same = [&](const RolePlan& role) {
+        return role.state.parameter_bytes == s.parameter_bytes && role.state.gradient_bytes == s.gradient_bytes &&
+               role.state.optimizer_bytes == s.optimizer_bytes;
+      };
+      auto it = std::find_if(stage_roles.begin(), stage_roles.end(), same);
+      if (it == stage_roles.end()) {
+        RolePlan role;
+        role.pp_stage = p;
+        role.state = std::move(s);
+        stage_roles.push_back(std::move(role));
+        it = stage_roles.end() - 1;
+      }
+      it->ranks.push_back(r);
+    }
+    for (size_t i = 0; i < stage_roles.size(); ++i) {
+      RolePlan& role = stage_roles[i];
+      role.name = "pp stage " + std::to_string(p) + (stage_roles.size() > 1 ? " (" + std::string(1, 'a' + i) + ")" : "");
+      role.activation_peak_bytes = activations;
+      role.activations_in_flight = flight;
+      role.peak_bytes = role.state.parameter_bytes + role.state.gradient_bytes + role.state.optimizer_bytes +
+                        role.state.gathered_bytes + activations;
+      role.flops_per_step = flops_per_token * rank_tokens;
+      role.bytes_sent_per_step = bytes_sent_per_step(config, resolved, p, role.state, seq);
+      role.compute_time_s = (flops_per_token + recompute_per_token) * rank_tokens / peak_flops;
+      role.memory_time_s = 3.0 * static_cast<double>(role.state.parameter_bytes + role.state.gradient_bytes +
+                                                     role.state.optimizer_bytes) / device.memory_bandwidth;
+      const int r0 = role.ranks.front();
+      for (const auto& [axis, bytes] : role.bytes_sent_per_step) {
+        const std::vector<int> members = axis == "world" ? std::vector<int>{0, d.world_size() - 1}
+                                                          : d.group_ranks(axis, r0);
+        const double bw = crosses_nodes(members, device.devices_per_node) ? device.inter_node_bandwidth
+                                                                          : device.intra_node_bandwidth;
+        const double t = static_cast<double>(bytes) / bw;
+        if (axis == "fsdp" || axis == "efsdp" || axis == "dp_replicate") role.overlapped_comm_s += t;
+        else role.exposed_comm_s += t;
+      }
+      role.step_time_s = std::max(role.compute_time_s, role.overlapped_comm_s) + role.exposed_comm_s +
+                         role.memory_time_s;
+      slowest = std::max(slowest, role.step_time_s);
+      plan.max_peak_bytes = std::max(plan.max_peak_bytes, role.peak_bytes);
+      plan.fits = plan.fits && role.peak_bytes <= device_memory;
+    }
+    if (options.roles)
+      for (RolePlan& role : stage_roles) plan.roles.push_back(std::move(role));
+  }
+  plan.bubble = 1.0 + static_cast<double>(d.pp() - 1) / static_cast<double>(plan.virtual_pp * M);
+  plan.step_time_s = slowest * plan.bubble;
+  plan.mfu = plan.model_flops_per_step / (plan.step_time_s * plan.world_size * peak_flops);
+  return plan;
+}
+
+}  // namespace loom::plan
