@@ -85,6 +85,7 @@ std::optional<ResolvedConfig> resolve(const TrainConfig& c, std::optional<int> w
   if (c.lora_config)
     r.gaps.push_back(diag.positioned("lora_config", "lora_config: LoRA fine-tuning is not supported by Loom yet; remove "
                                                     "the section to train all parameters"));
+  r.seq_length = loader.options.config.seq_length > 0 ? loader.options.config.seq_length : model.args.seq_length;
   if (model.gaps.empty()) add_memory_gap(c, model.args, loader.options.config.seq_length, r, diag);
   if (model.gaps.empty()) r.model = std::move(model.args);
   if (loader.gaps.empty()) r.loader = std::move(loader.options);

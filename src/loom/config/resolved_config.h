@@ -43,6 +43,9 @@ struct ResolvedConfig {
   // Absent when the section does not describe a model / a dataset Loom can build (see gaps).
   std::optional<models::ModelArgs> model;
   std::optional<data::LoaderOptions> loader;
+  // The sequence length a run trains on: the dataset's (even when the dataset has gaps), else
+  // the model's; 0 when neither gives one.
+  std::int64_t seq_length = 0;
   // The start-up memory estimate (memory_estimate.h), when the model and the sequence length are known.
   std::optional<MemoryEstimate> memory;
   // What keeps this configuration from training, one "<file>:<line>:<col>: <problem>" each.

@@ -39,8 +39,7 @@ bool crosses_nodes(const std::vector<int>& members, int per_node) {
 }  // namespace
 
 int64_t planned_seq_length(const config::ResolvedConfig& r) {
-  const int64_t data = r.loader ? r.loader->config.seq_length : 0;
-  const int64_t seq = data > 0 ? data : r.model_args().seq_length;
+  const int64_t seq = r.seq_length;
   LOOM_CHECK(seq > 0, ConfigError, "loom plan needs the sequence length: set train_dataset.dataloader.config."
              "seq_length (or model.seq_length)");
   return seq;

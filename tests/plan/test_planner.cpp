@@ -1,0 +1,66 @@
+#include "loom/plan/planner.h"
+
+#include <gtest/gtest.h>
+
+#include "loom/config/memory_estimate.h"
+#include "loom/models/accounting.h"
+#include "plan_test_util.h"
+
+namespace loom::plan {
+namespace {
+
+using testing::load;
+using testing::tiny_yaml;
+
+TEST(Planner, OneF1BKeepsPpMinusStageMicroBatchesInFlight) {
+  const auto c = load(tiny_yaml(), 2, {"parallelism.pipeline_parallel=2", "training.global_batch_size=8"});
+  const Plan p = make_plan(c.config, *c.resolved, device_profile("h100"), int64_t{80} << 30);
+  ASSERT_EQ(p.roles.size(), 2u);
+  const auto& a = c.resolved->model_args();
+  const int64_t stage0 = config::micro_batch_activation_bytes(c.config, a, c.resolved->layout, c.resolved->recompute,
+                                                              32, {0, 1}, false);
+  const int64_t stage1 = config::micro_batch_activation_bytes(c.config, a, c.resolved->layout, c.resolved->recompute,
+                                                              32, {2, 3}, true);
+  EXPECT_EQ(p.roles[0].activations_in_flight, 2);
+  EXPECT_EQ(p.roles[0].activation_peak_bytes, 2 * stage0);
+  EXPECT_EQ(p.roles[1].activation_peak_bytes, stage1);
+  for (const RolePlan& r : p.roles)
+    EXPECT_EQ(r.peak_bytes, r.state.parameter_bytes + r.state.gradient_bytes + r.state.optimizer_bytes +
+                                r.state.gathered_bytes + r.activation_peak_bytes);
+  EXPECT_DOUBLE_EQ(p.bubble, 1.0 + 1.0 / 4.0);
+}
+
+TEST(Planner, RanksFlopsAddUpToTheModelsFlops) {
+  const auto c = load(tiny_yaml(), 8, {"parallelism.tensor_parallel=2", "parallelism.pipeline_parallel=2",
+                                       "training.global_batch_size=16"});
+  const Plan p = make_plan(c.config, *c.resolved, device_profile("h100"), int64_t{80} << 30);
+  double sum = 0;
+  for (const RolePlan& r : p.roles) sum += r.flops_per_step * static_cast<double>(r.ranks.size());
+  EXPECT_NEAR(sum, p.model_flops_per_step, 1e-9 * p.model_flops_per_step);
+  EXPECT_GT(p.mfu, 0.0);
+  EXPECT_LE(p.mfu, 1.0);
+  int ranks = 0;
+  for (const RolePlan& r : p.roles) ranks += static_cast<int>(r.ranks.size());
+  EXPECT_EQ(ranks, 8);
+}
+
+TEST(Planner, FullRecomputeLowersTheActivationsAndAddsAForward) {
+  const auto plain = load(tiny_yaml(), 1);
+  const auto full = load(tiny_yaml() + "recompute:\n  mode: full\n  full_recompute_layer: ['0-3']\n", 1);
+  const DeviceProfile h100 = device_profile("h100");
+  const Plan a = make_plan(plain.config, *plain.resolved, h100, int64_t{80} << 30);
+  const Plan b = make_plan(full.config, *full.resolved, h100, int64_t{80} << 30);
+  EXPECT_LT(b.roles[0].activation_peak_bytes, a.roles[0].activation_peak_bytes);
+  EXPECT_GT(b.roles[0].compute_time_s, a.roles[0].compute_time_s);
+  EXPECT_DOUBLE_EQ(a.model_flops_per_step, b.model_flops_per_step);
+}
+
+TEST(Planner, DoesNotFitWhenThePeakExceedsTheDeviceMemory) {
+  const auto c = load(tiny_yaml(), 1);
+  const Plan p = make_plan(c.config, *c.resolved, device_profile("h100"), 1 << 20);
+  EXPECT_FALSE(p.fits);
+  EXPECT_GT(p.max_peak_bytes, 1 << 20);
+}
+
+}  // namespace
+}  // namespace loom::plan
