@@ -119,6 +119,12 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
   // A valid file may still lack what a run needs (a model size, the data path): say so before a
   // run directory is made.
   loaded.resolved->require_runnable();
+  if (rank_report_step > loaded.config.training.steps) {
+    std::fprintf(stderr, "error: --rank-report=%lld is beyond training.steps = %lld: no step would be reported; pass a "
+                 "step of this run or --rank-report for the last\n", static_cast<long long>(rank_report_step),
+                 static_cast<long long>(loaded.config.training.steps));
+    return 2;
+  }
 
   // Every rank writes its checkpoint shards under the run directory: rank 0's choice for all.
   std::string run_dir = output.empty() ? default_run_dir(config_path) : output;
