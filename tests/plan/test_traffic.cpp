@@ -32,7 +32,7 @@ TEST(Traffic, FsdpGathersEachUnitTwicePerMicroBatchAndReducesItsGradsInFp32) {
   const auto t = traffic(c, 0);
   EXPECT_EQ(t.at("fsdp"), expected);
   EXPECT_EQ(t.count("dp_replicate"), 0u);
-  EXPECT_EQ(t.at("world"), 2 * 3 * 8);  // loss and grad norm, one f64 each, (n-1) copies
+  EXPECT_EQ(t.at("world"), 3 * 3 * 8);  // loss, grad norm, finite agreement: 8 B each, (n-1) copies
 }
 
 TEST(Traffic, MicroBatchesMultiplyThePerMicroBatchCollectives) {
@@ -74,8 +74,10 @@ TEST(Traffic, PipelineSendsActivationsForwardAndGradsBack) {
   const int64_t M = c.resolved->layout.num_accumulation_steps;
   ASSERT_EQ(M, 4);
   const int64_t boundary = 2 * 32 * 64 * 4;  // [B, S, D] fp32
-  EXPECT_EQ(traffic(c, 0).at("pp"), M * boundary);
-  EXPECT_EQ(traffic(c, 1).at("pp"), M * boundary);
+  // + the MoE monitor's gather over the stages, empty for a dense model: its length (int64) and
+  // the end mark (int64), to the one other stage.
+  EXPECT_EQ(traffic(c, 0).at("pp"), M * boundary + 16);
+  EXPECT_EQ(traffic(c, 1).at("pp"), M * boundary + 16);
   EXPECT_EQ(stage_chunks(*c.resolved, 1).front().first_layer, 2);
   EXPECT_TRUE(stage_chunks(*c.resolved, 1).front().head);
 }
@@ -85,7 +87,8 @@ TEST(Traffic, ContextParallelRingSendsKvBlocksAroundTheRing) {
                                        "model.use_attn_mask_compression=true"});
   // Local tokens 2 x 16; 2 KV heads of 16: K+V = 32 x 64 floats; per layer (c-1)·kv fwd, (c-1)·kv + c·kv bwd.
   const int64_t kv = 2 * 16 * (32 + 32) * 4;
-  EXPECT_EQ(traffic(c, 0).at("cp"), 4 * (kv + kv + 2 * kv));
+  // + the head loss's token count (f64) and loss share (fp32) summed over cp, one micro-batch.
+  EXPECT_EQ(traffic(c, 0).at("cp"), 4 * (kv + kv + 2 * kv) + 8 + 4);
 }
 
 }  // namespace

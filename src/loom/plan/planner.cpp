@@ -93,7 +93,21 @@ Plan make_plan(const config::TrainConfig& config, const config::ResolvedConfig& 
     const auto [flight, fraction] = in_flight(resolved, p);
     const int64_t micro = config::micro_batch_activation_bytes(config, a, resolved.layout, resolved.recompute, seq,
                                                                device_layers, head);
-    const int64_t activations = static_cast<int64_t>(static_cast<double>(micro) * fraction * static_cast<double>(flight));
+    // On top of what the micro-batches in flight keep, the backward of one layer holds that
+    // layer's activations again (their grads; under full recompute also the rebuilt forward) and,
+    // in an MoE layer, the dispatch's permuted copies of T·K rows (in, received, expert output).
+    int64_t transient = 0;
+    const memory::RecomputeOptions none;
+    for (int64_t l : device_layers) {
+      int64_t t = config::micro_batch_activation_bytes(config, a, resolved.layout, none, seq, {l}, false);
+      if (recomputed(resolved.recompute, l)) t *= 2;
+      if (a.is_moe_layer(l))
+        t += 3 * config.training.local_batch_size * seq / (d.cp() * d.tp()) * a.moe_topk * a.hidden_size *
+             static_cast<int64_t>(dtype_size(a.compute_dtype));
+      transient = std::max(transient, t);
+    }
+    const int64_t activations =
+        static_cast<int64_t>(static_cast<double>(micro) * fraction * static_cast<double>(flight)) + transient;
 
     // Ranks of the stage, grouped by what they hold (FSDP's last rows make the optimizer state
     // of the last shard ranks smaller).

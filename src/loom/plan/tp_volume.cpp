@@ -207,6 +207,20 @@ std::vector<VolumeSite> count_tp_volume(const nn::TransformerConfig& c, int t, c
   return s.take();
 }
 
+bool logs_balance_loss(const nn::TransformerConfig& c) {
+  const BalanceStatistics b = balance_statistics(c);
+  return b.per_token || b.per_sequence;
+}
+
+int64_t balance_statistics_bytes(const nn::TransformerConfig& c, int64_t batch, int n) {
+  const BalanceStatistics b = balance_statistics(c);
+  const int64_t E = c.num_experts;
+  int64_t bytes = 0;
+  if (b.per_token) bytes += all_reduce_bytes(E, kF32, n) + all_reduce_bytes(E, kF64, n);
+  if (b.per_sequence) bytes += all_reduce_bytes(batch * E, kF32, n) + all_reduce_bytes(batch * E, kF64, n);
+  return bytes;
+}
+
 int64_t logged_extra_losses(const nn::TransformerConfig& c) {
   int64_t moe_layers = 0;
   for (int64_t l = 0; l < c.num_layers + c.mtp_num_layers; ++l) moe_layers += c.is_moe_layer(l) ? 1 : 0;

@@ -103,6 +103,12 @@ std::vector<VolumeSite> count_tp_volume(const nn::TransformerConfig& c, int t, c
 // each is one more f64 all-reduce over the world.
 int64_t logged_extra_losses(const nn::TransformerConfig& c);
 
+// Whether MoE layers log a balance loss (a non-zero coefficient of aux_loss / seq_aux_loss).
+bool logs_balance_loss(const nn::TransformerConfig& c);
+// The router's balance statistics of one MoE layer and micro-batch of `batch` sequences summed
+// over a group of n ranks (tp, and cp: context_parallel.h), as the MoE site above counts them.
+int64_t balance_statistics_bytes(const nn::TransformerConfig& c, int64_t batch, int n);
+
 // Σ bytes of the sites on `group`.
 int64_t total_bytes(const std::vector<VolumeSite>& sites, const std::string& group);
 

@@ -105,12 +105,21 @@ std::map<std::string, int64_t> bytes_sent_per_step(const config::TrainConfig& co
     if (config.parallelism.context_parallel_method == "colossal") {
       per_layer = (c - 1) * kv + (c - 1) * kv + c * kv;
     } else {
-      const int64_t moved = T * (q_width + k_width + v_width + v_width) * act * (c - 1) / c;
+      // q, k, v in, the output [.., H, dv] back (dv = head_dim, MLA's v_head_dim).
+      const int64_t o_width = a.multi_latent_attention ? v_width : q_width;
+      const int64_t moved = T * (q_width + k_width + v_width + o_width) * act * (c - 1) / c;
       per_layer = 2 * moved;
     }
-    int64_t layers = 0;
-    for (const StageChunk& ch : chunks) layers += static_cast<int64_t>(layers_of(a, ch).size());
+    int64_t layers = 0, moe_layers = 0, heads = 0;
+    for (const StageChunk& ch : chunks) {
+      for (int64_t l : layers_of(a, ch)) ++layers, moe_layers += a.is_moe_layer(l) ? 1 : 0;
+      if (ch.head) heads += 1 + a.mtp_num_layers;
+    }
     add(out, "cp", M * layers * per_layer);
+    // Each head loss sums its token count (f64) and its share of the loss (fp32) over cp; the
+    // balance statistics are summed over cp too.
+    add(out, "cp", M * heads * (all_reduce_bytes(1, 8, c) + all_reduce_bytes(1, 4, c)));
+    add(out, "cp", M * moe_layers * balance_statistics_bytes(a, B, c));
   }
 
   // Expert parallelism.
@@ -133,8 +142,50 @@ std::map<std::string, int64_t> bytes_sent_per_step(const config::TrainConfig& co
     for (const StageChunk& c : chunks) add(out, "pp", M * boundary * ((c.head ? 0 : 1) + (c.embedding ? 0 : 1)));
   }
 
-  // The step's logged scalars and the grad norm, one f64 all-reduce each over the world.
-  const int64_t scalars = 2 + logged_extra_losses(a);
+  // MoE routing counts (int64 [E] per MoE layer of the stage) summed after the step over batch,
+  // cp and tp (trainer.cpp; tp's is in tp_volume's sites).
+  int64_t stage_moe_layers = 0;
+  for (const StageChunk& ch : chunks)
+    for (int64_t l : layers_of(a, ch)) stage_moe_layers += a.is_moe_layer(l) ? 1 : 0;
+  add(out, "batch", stage_moe_layers * all_reduce_bytes(a.num_experts, 8, d.data_parallel()));
+  add(out, "cp", stage_moe_layers * all_reduce_bytes(a.num_experts, 8, d.cp()));
+
+  // The step's scalars over the world, one f64 (int64) all-reduce each: the logged loss, the
+  // grad norm's Σg², the optimizer's finite agreement, and each extra loss.
+  const int64_t extras = logged_extra_losses(a);
+  int64_t scalars = 3 + extras;
+  if (pipelined) {
+    // The pipeline schedule first agrees on the extras' names: the longest "name\n" list of any
+    // rank (an int64 max), then every rank's list as int32 characters (pipeline_schedule.cpp).
+    ++scalars;
+    int64_t longest = 0;
+    for (int p = 0; p < d.pp(); ++p) {
+      int64_t joined = 0;
+      bool moe = false, head = false;
+      for (const StageChunk& ch : stage_chunks(resolved, p)) {
+        head = head || ch.head;
+        for (int64_t l : layers_of(a, ch)) moe = moe || a.is_moe_layer(l);
+      }
+      if (moe && logs_balance_loss(a)) joined += static_cast<int64_t>(std::string("load_balancing_loss\n").size());
+      if (head && a.mtp_num_layers > 0) {
+        joined += static_cast<int64_t>(std::string("mtp_loss\n").size());
+        for (int64_t k = 1; k <= a.mtp_num_layers; ++k)
+          joined += static_cast<int64_t>(("mtp_" + std::to_string(k) + "_loss\n").size());
+      }
+      longest = std::max(longest, joined);
+    }
+    add(out, "world", all_gather_bytes(longest, 4, d.world_size()));
+    // The MoE monitor's counts of every stage (train/distributed.cpp gather_over_stages): an int64
+    // max of the longest (layer, n, counts...) list, then every stage's list and its end mark.
+    int64_t counts = 0;
+    for (int p = 0; p < d.pp(); ++p) {
+      int64_t mine = 0;
+      for (const StageChunk& ch : stage_chunks(resolved, p))
+        for (int64_t l : layers_of(a, ch)) mine += a.is_moe_layer(l) ? 2 + a.num_experts : 0;
+      counts = std::max(counts, mine);
+    }
+    add(out, "pp", all_reduce_bytes(1, 8, d.pp()) + all_gather_bytes(counts + 1, 8, d.pp()));
+  }
   add(out, "world", scalars * all_reduce_bytes(1, 8, d.world_size()));
   return out;
 }
