@@ -114,13 +114,20 @@ std::int64_t micro_batch_activation_bytes(const TrainConfig& c, const models::Mo
   const std::int64_t tp = d.tp();
   const std::int64_t tokens = checked_mul(c.training.local_batch_size, ceil_div(seq_length, d.cp()),
                                           "local_batch_size × seq_length", "seq_length");
-  std::int64_t per_token = 0;
-  for (std::int64_t i : layers)
-    per_token = checked_add(per_token, layer_activation_elements(a, i, recomputed(recompute, i)),
+  std::int64_t per_token = 0, gathered = 0;
+  for (std::int64_t i : layers) {
+    const bool rebuilt = recomputed(recompute, i);
+    per_token = checked_add(per_token, layer_activation_elements(a, i, rebuilt),
                             "num_hidden_layers × activations per layer", "num_hidden_layers");
+    // Under sequence parallelism the attention and MLP inputs are all-gathered to the whole
+    // sequence, and the column-parallel linears keep that gathered copy for their weight grads:
+    // 2·hidden per token of the whole sequence, not split by tp.
+    if (tp > 1 && !rebuilt) gathered = checked_add(gathered, 2 * a.hidden_size, "gathered inputs", "hidden_size");
+  }
   const std::int64_t cb = static_cast<std::int64_t>(dtype_size(a.compute_dtype));
-  const std::int64_t layer_bytes = checked_mul(ceil_div(checked_mul(per_token, cb, "activation bytes per token",
-                                                                    "hidden_size"), tp),
+  const std::int64_t split = ceil_div(checked_mul(per_token, cb, "activation bytes per token", "hidden_size"), tp);
+  const std::int64_t whole = checked_mul(gathered, cb, "gathered activation bytes per token", "hidden_size");
+  const std::int64_t layer_bytes = checked_mul(checked_add(split, whole, "activation bytes per token", "hidden_size"),
                                                tokens, "activation bytes per token × tokens", "seq_length");
   if (!logits) return layer_bytes;
   const std::int64_t logit_bytes = checked_mul(checked_mul(ceil_div(a.vocab_size, tp), 4, "vocab_size × 4 bytes",

@@ -11,7 +11,8 @@
 //               counted as AdamW) + P·4 for the fp32 master copy when params_dtype is not fp32
 //   activations per token of a micro-batch (local_batch_size · seq_length / context_parallel
 //               tokens), in bytes of compute_dtype, divided by tensor_parallel (sequence
-//               parallelism splits what TP does not): per layer 4·hidden + 2·(q + kv width) +
+//               parallelism splits what TP does not) except the all-gathered attention and MLP
+//               inputs the column-parallel linears keep (2·hidden of the whole sequence): per layer 4·hidden + 2·(q + kv width) +
 //               MLP width + intermediate (MoE: num_experts_per_tok · 3 · moe_intermediate plus
 //               the shared experts); a fully recomputed or selectively recomputed layer keeps
 //               hidden only; plus the fp32 logits (vocab_size / tensor_parallel).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "loom/config/diagnostics.h"
@@ -53,8 +54,10 @@ SweepResult sweep(const config::TrainConfig& base, int world, const DeviceProfil
     }
   }
   std::map<std::tuple<int, int, int, int, int>, std::vector<HeldParameter>> cache;
+  std::set<std::pair<int, int>> unplaceable;  // (pp, v) whose layers cannot be placed
   for (const Candidate& c : sweep_candidates(world, layers, experts)) {
     ++result.candidates;
+    if (unplaceable.count({c.pp, c.v})) continue;
     config::TrainConfig cfg = base;
     auto& p = cfg.parallelism;
     p.data_parallel_shard = c.dp_shard;
@@ -70,7 +73,17 @@ SweepResult sweep(const config::TrainConfig& base, int world, const DeviceProfil
     } catch (const ConfigError&) {
       continue;
     }
-    if (!resolved || !resolved->model || diag.has_errors()) continue;
+    if (!resolved || !resolved->model || diag.has_errors()) {
+      // The placement of layers on stages depends on pp, v and the model alone: when it is the
+      // only problem, no other candidate with this (pp, v) is tried.
+      const std::vector<std::string> errors = diag.errors();
+      const bool placement_only =
+          !errors.empty() && std::all_of(errors.begin(), errors.end(), [](const std::string& e) {
+            return e.find("parallelism.pipeline_parallel_layers_per_stage:") != std::string::npos;
+          });
+      if (placement_only) unplaceable.insert({c.pp, c.v});
+      continue;
+    }
     ++result.valid;
     PlanOptions options;
     options.roles = false;

@@ -10,8 +10,12 @@
 // accept it (head and KV divisibility, CP/SP rules, pipeline stages, batch sizes, ...). A valid
 // layout is kept when its peak fits the device memory.
 //
-// Speed: resolving is cheap; splitting a meta model is not, so the parameters a rank holds are
-// cached by (tp, ep, pp, v, pipeline rank): they do not depend on the data-parallel degrees.
+// Speed: splitting a meta model is slow, so the parameters a rank holds are cached by (tp, ep,
+// pp, v, pipeline rank): they do not depend on the data-parallel degrees. Resolving is ~0.1 ms,
+// but most candidates of a large N are (pp, v) whose layers cannot be placed (61 layers on 2
+// stages): when the placement is a candidate's only problem (an error at
+// parallelism.pipeline_parallel_layers_per_stage, a rule of pp, v and the model alone), the
+// other candidates with that (pp, v) are skipped as invalid without resolving them.
 #pragma once
 
 #include <cstdint>
