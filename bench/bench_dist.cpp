@@ -4,8 +4,14 @@
 // alternates them). Prints one RESULT {json} line from rank 0 with
 //   tokens_per_s         global tokens per second (median step after warm-up)
 //   bytes_sent_per_step  bytes this rank handed to MPI per step, and the analytic FSDP volume:
-//                        (n-1)/n · 4 B · (2·P + P_layers) per micro-batch (forward all-gather of every
-//                        parameter, backward all-gather of the layers, reduce-scatter of fp32 grads)
+//                        (n-1)/n · (b·(P + P_layers) + 4 B·P) per micro-batch (forward all-gather of
+//                        every parameter, backward all-gather of the layers, both in the parameters'
+//                        dtype of b bytes, and the reduce-scatter of fp32 grads)
+//   all_gather_bytes_per_step / reduce_scatter_bytes_per_step   the two parts of it FSDP counted
+//                        (the reduce part includes HSDP's replicate all-reduce)
+// --compute-dtype / --params-dtype (float32 or bfloat16; default float32 for both) set the model's
+// precision: bf16 compute on float32 parameters gathers the matmul weights in bf16 and the rest in
+// float32 (docs/distributed.md), bf16 parameters gather bf16; grads reduce in fp32 either way.
 //   state_bytes          per-rank parameter + grad + AdamW state, against one process's / n plus the
 //                        largest unit's full parameters (the memory target)
 // One process runs the plain model (no FSDP), as `loom train` does.
@@ -40,6 +46,7 @@
 #include "loom/optim/grad_norm.h"
 #include "loom/optim/muon.h"
 #include "loom/train/causal_lm_model.h"
+#include "loom/train/hardware.h"
 #include "loom/train/muon_sharding.h"
 #include "cpu_path.h"
 
@@ -95,6 +102,7 @@ double median_of(std::vector<double> v) {
 
 int run(int argc, char** argv, dist::Runtime& rt) {
   std::string size_name = "a", policy = "default", optimizer = "adamw", comm_strategy = "allgather";
+  std::string compute_dtype = "float32", params_dtype = "float32";
   bool force_fsdp = false;  // FSDP machinery even on one process (its copies without communication)
   int steps = 8, warmup = 2;
   for (int i = 1; i < argc; ++i) {
@@ -107,11 +115,16 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     else if (a == "--fsdp") force_fsdp = true;
     else if (a == "--optimizer") optimizer = next();
     else if (a == "--comm-strategy") comm_strategy = next();
+    else if (a == "--compute-dtype") compute_dtype = next();
+    else if (a == "--params-dtype") params_dtype = next();
     else LOOM_THROW(ValueError, "unknown option ", a, "; use --size a|b|mla --steps N --warmup N --reshard always|never "
-                    "--optimizer adamw|muon --comm-strategy allgather|allgather_deredundency");
+                    "--optimizer adamw|muon --comm-strategy allgather|allgather_deredundency "
+                    "--compute-dtype float32|bfloat16 --params-dtype float32|bfloat16");
   }
   apply_thread_env();
-  const Size size = size_of(size_name);
+  Size size = size_of(size_name);
+  size.model["compute_dtype"] = compute_dtype;
+  size.model["params_dtype"] = params_dtype;
   const int n = rt.world_size();
   LOOM_CHECK(size.batch % n == 0, ValueError, "the global batch of ", size.batch, " must divide over ", n, " processes");
   const int64_t local_batch = size.batch / n;
@@ -121,15 +134,23 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   std::shared_ptr<dist::DeviceMesh> mesh;
   std::shared_ptr<dist::FullyShardedModel> fsdp;
   optim::NamedParams params;
-  int64_t full_param_bytes = 0, layer_param_bytes = 0;
+  int64_t full_param_bytes = 0, layer_param_bytes = 0;  // in fp32 (grads, master weights)
+  double gathered_bytes = 0, layer_gathered_bytes = 0;   // what the all-gathers carry (fsdp.h: compute_dtype)
+  const bool bf16_compute = compute_dtype == "bfloat16";
   for (auto& [name, p] : model.named_parameters()) {
-    full_param_bytes += p->global_shape.numel() * 4;
-    if (name.rfind("decoder.layers.", 0) == 0) layer_param_bytes += p->global_shape.numel() * 4;
+    const int64_t numel = p->global_shape.numel();
+    const bool layer = name.rfind("decoder.layers.", 0) == 0;
+    full_param_bytes += numel * 4;
+    if (layer) layer_param_bytes += numel * 4;
+    const size_t gather_elem = bf16_compute && p->multiplied_in_compute_dtype ? 2 : dtype_size(p->dtype);
+    gathered_bytes += static_cast<double>(numel * gather_elem);
+    if (layer) layer_gathered_bytes += static_cast<double>(numel * gather_elem);
   }
   if (n > 1 || force_fsdp) {
     mesh = std::make_shared<dist::DeviceMesh>(rt.world(), dist::ParallelDims::infer(n, dist::ParallelDegrees{}));
     dist::FsdpOptions o;
     o.reshard_after_forward_policy = policy;
+    if (bf16_compute) o.compute_dtype = DType::bf16;  // as the trainer sets it
     fsdp = dist::apply_fsdp(model, mesh, o);
     fsdp->materialize(0);
   } else {
@@ -160,10 +181,11 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   int64_t muon_sent = 0, muon_received = 0, ns_matrices = 0;
 
   std::vector<double> times;
-  int64_t bytes_per_step = 0;
+  int64_t bytes_per_step = 0, gather_bytes = 0, reduce_bytes = 0;
   std::vector<double> comm_times;
   for (int step = 0; step < warmup + steps; ++step) {
     if (mesh) mesh->reset_stats();
+    if (fsdp) fsdp->reset_comm_stats();
     const auto t0 = std::chrono::steady_clock::now();
     for (auto& p : params) p.param.set_grad(Tensor());
     nn::LMOutput out = model.forward(random_batch(size.model["vocab_size"].get<int64_t>(), local_batch, size.seq,
@@ -200,6 +222,10 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     double comm_s = 0;
     if (mesh) {
       bytes_per_step = mesh->total_stats().bytes_sent;
+      if (fsdp) {
+        gather_bytes = fsdp->param_gather_bytes();
+        reduce_bytes = fsdp->grad_reduce_bytes();
+      }
       comm_s = mesh->total_stats().seconds;
     }
     if (step >= warmup) comm_times.push_back(comm_s);
@@ -212,10 +238,10 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   std::sort(comm_times.begin(), comm_times.end());
   const double comm_median = comm_times[comm_times.size() / 2];
   const double tokens_per_s = static_cast<double>(size.batch * size.seq) / median;
-  // Analytic per-rank volume of one micro-batch (fp32 parameters, fp32 grads).
+  // Analytic per-rank volume of one micro-batch (parameters gathered in their gather dtype, fp32 grads).
   const double frac = static_cast<double>(n - 1) / n;
   const bool reshard = policy != "never";
-  const double analytic = frac * (2.0 * full_param_bytes + (reshard ? layer_param_bytes : 0.0));
+  const double analytic = frac * (gathered_bytes + (reshard ? layer_gathered_bytes : 0.0) + full_param_bytes);
   // params, grads and the optimizer's state (AdamW: m and v; Muon: its momentum, m and v for the fallback)
   int64_t state_bytes = 0, one_process_state = 2 * full_param_bytes;
   for (const auto& s : opt->param_states())
@@ -235,13 +261,18 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     Json r = {{"size", size_name},
               {"processes", n},
               {"threads_per_process", num_threads()},
+              {"cpu", train::cpu_model_name()},
               {"cpu_matrix_path", bench::cpu_matrix_path()},
+              {"compute_dtype", compute_dtype},
+              {"params_dtype", params_dtype},
               {"reshard_after_forward", policy},
               {"median_step_s", median},
               {"median_collective_s", comm_median},
               {"tokens_per_s", tokens_per_s},
               {"bytes_sent_per_step", bytes_per_step},
               {"analytic_fsdp_bytes_per_step", n > 1 ? analytic : 0.0},
+              {"all_gather_bytes_per_step", gather_bytes},
+              {"reduce_scatter_bytes_per_step", reduce_bytes},
               {"state_bytes_per_rank", state_bytes},
               {"one_process_state_bytes", one_process_state},
               {"memory_target_bytes", n > 1 ? one_process_state / n + largest_unit : one_process_state},

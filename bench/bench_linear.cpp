@@ -1,7 +1,8 @@
 // Linear forward and both backward GEMMs on the projection shapes of sizes A and B
 // (shared/bench/README.md), next to raw OpenBLAS sgemm on the same shapes and threads, in one
-// run, and the same forward through oneDNN (fp32, and bf16 where the CPU has bf16 matrix units).
-// Figures: GFLOP/s per case; compare loom_* with raw_* / onednn_* of the same shape.
+// run, and the same forward through oneDNN (fp32, and bf16 where the CPU has bf16 matrix units),
+// and the bf16 backward next to its two products on oneDNN. Figures: GFLOP/s per case; compare
+// loom_* with raw_* / onednn_* of the same shape.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -124,6 +125,41 @@ void BM_loom_linear_forward_bf16(benchmark::State& state) {
   report(state, 2.0 * s.tokens * s.in * s.out);
 }
 
+// The bf16 backward: dx = g·W in bf16 and the fp32 weight grad dW = gᵀ·x (what the trainer
+// runs under compute_dtype bf16), against the same two products straight on oneDNN.
+void BM_loom_linear_backward_bf16(benchmark::State& state) {
+  set_threads(state);
+  const auto& s = kShapes[state.range(0)];
+  state.SetLabel(s.name);
+  Tensor x = random({s.tokens, s.in}, 1).to(DType::bf16), w = random({s.out, s.in}, 2).to(DType::bf16);
+  Tensor g = random({s.tokens, s.out}, 3).to(DType::bf16);
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  for (auto _ : state) {
+    state.PauseTiming();
+    Tensor y = ops::linear(x, w);
+    x.set_grad(Tensor());
+    w.set_grad(Tensor());
+    state.ResumeTiming();
+    autograd::backward(y, g);
+  }
+  report(state, 4.0 * s.tokens * s.in * s.out);
+}
+
+void BM_onednn_bf16_backward(benchmark::State& state) {
+  set_threads(state);
+  const auto& s = kShapes[state.range(0)];
+  Tensor x = random({s.tokens, s.in}, 1).to(DType::bf16), w = random({s.out, s.in}, 2).to(DType::bf16);
+  Tensor g = random({s.tokens, s.out}, 3).to(DType::bf16);
+  Tensor dx = Tensor::empty({s.tokens, s.in}, DType::bf16), dw = Tensor::empty({s.out, s.in}, DType::f32);
+  state.SetLabel(s.name);
+  for (auto _ : state) {
+    kernels::cpu::onednn_gemm(g, false, w, false, dx, 1.0, 0.0);
+    kernels::cpu::onednn_gemm(g, true, x, false, dw, 1.0, 0.0);
+  }
+  report(state, 4.0 * s.tokens * s.in * s.out);
+}
+
 void shapes_and_threads(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2})
     for (int i = 0; i < static_cast<int>(std::size(kShapes)); ++i) b->Args({i, threads});
@@ -139,9 +175,12 @@ BENCHMARK(BM_raw_sgemm_backward)->Apply(shapes_and_threads);
 BENCHMARK(BM_loom_linear_backward)->Apply(shapes_and_threads);
 BENCHMARK(BM_onednn_f32_forward)->Apply(shapes_and_threads);
 BENCHMARK(BM_loom_linear_forward_bf16)->Apply(shapes_and_threads);
+BENCHMARK(BM_loom_linear_backward_bf16)->Apply(shapes_and_threads);
 int main(int argc, char** argv) {
-  if (kernels::cpu::onednn_has_matmul(DType::bf16))
+  if (kernels::cpu::onednn_has_matmul(DType::bf16)) {
     benchmark::RegisterBenchmark("BM_onednn_bf16_forward", BM_onednn_bf16_forward)->Apply(shapes_and_threads);
+    benchmark::RegisterBenchmark("BM_onednn_bf16_backward", BM_onednn_bf16_backward)->Apply(shapes_and_threads);
+  }
   benchmark::Initialize(&argc, argv);
   benchmark::AddCustomContext("cpu_matrix_path", bench::cpu_matrix_path());
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

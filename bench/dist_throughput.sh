@@ -5,19 +5,24 @@
 # prints every RESULT and the ratio of the best runs (this machine is shared: compare in one run).
 #   bench/dist_throughput.sh            # size A, 3 rounds, 8 timed steps
 #   SIZE=b ROUNDS=1 STEPS=3 bench/dist_throughput.sh
+#   COMPUTE=bfloat16 [PARAMS=bfloat16] bench/dist_throughput.sh   # bf16 compute (and parameters): the
+#                                        # RESULT lines count all-gather and reduce-scatter bytes apart
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${SIZE:-a}
 ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-8}
 RESHARD=${RESHARD:-default}
+COMPUTE=${COMPUTE:-float32}
+PARAMS=${PARAMS:-float32}
 scripts/build.sh --target bench_dist >/dev/null
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 LOOM_NUM_THREADS=1 OMP_NUM_THREADS=1
 FLAGS="--oversubscribe --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca mpi_yield_when_idle 1"
 best1=0; best2=0
 for round in $(seq 1 "$ROUNDS"); do
   for np in 1 2; do
-    line=$(mpirun -np "$np" $FLAGS build/bench/bench_dist --size "$SIZE" --steps "$STEPS" --reshard "$RESHARD" 2>/dev/null \
+    line=$(mpirun -np "$np" $FLAGS build/bench/bench_dist --size "$SIZE" --steps "$STEPS" --reshard "$RESHARD" \
+           --compute-dtype "$COMPUTE" --params-dtype "$PARAMS" 2>/dev/null \
            | grep '^RESULT ' | sed 's/^RESULT //')
     echo "round $round: $line"
     tps=$(echo "$line" | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['tokens_per_s'])")

@@ -15,6 +15,8 @@ class ArgCursor {
   bool done() const { return i_ >= args_.size(); }
   // The next argument (a flag, or "--").
   const std::string& next() { return args_[i_++]; }
+  // The argument next() would return, without taking it (call only when !done()).
+  const std::string& peek() const { return args_[i_]; }
   // The value after the flag just read; a missing value prints the usage and exits 2.
   std::string value() {
     if (i_ >= args_.size()) {

@@ -1,11 +1,13 @@
 // `loom cpu`: the processor and the matrix path Loom's bf16 GEMMs take on it (AMX-BF16,
-// AVX512-BF16 or fp32, after LOOM_MAX_CPU_ISA), as `loom train` would choose it. The bench
-// scripts print it next to every figure.
+// AVX512-BF16 or fp32, after LOOM_MAX_CPU_ISA), as `loom train` would choose it, and the peak
+// FLOP/s its MFU is measured against for fp32 and bf16 compute. The bench scripts print the path
+// next to every figure.
 #include <iostream>
 #include <string>
 
 #include "command.h"
 #include "loom/core/error.h"
+#include "loom/core/parallel.h"
 #include "loom/kernels/cpu/cpu_isa.h"
 #include "loom/train/hardware.h"
 
@@ -19,6 +21,10 @@ int cpu_command(const std::vector<std::string>& args) {
   try {
     const std::string path = loom::kernels::cpu::describe_matrix_path();  // raises on a bad LOOM_MAX_CPU_ISA
     std::cout << "cpu: " << loom::train::cpu_model_name() << "\ncpu matrix path: " << path << "\n";
+    // The peaks `loom train` measures MFU against with its default threads, per compute dtype.
+    for (loom::DType d : {loom::DType::f32, loom::DType::bf16})
+      std::cout << "mfu peak (" << loom::dtype_name(d) << " compute): "
+                << loom::train::peak_flops(loom::num_threads(), d).description << "\n";
   } catch (const loom::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

@@ -1,8 +1,9 @@
-// loom launch -n N [--hostfile F] [--threads T] [--dry-run] -- <loom command and its options>
+// loom launch -n N [--hostfile F] [--mca KEY VALUE]... [--threads T] [--dry-run] -- <loom command and its options>
 //
 // Starts N copies of this loom program under mpirun (one process per device, like msrun in the
 // spec), with the flags that work here: as root, more ranks than cores, shared memory between
-// the processes of one host and TCP on loopback (or on the hosts' network with a hostfile).
+// the processes of one host and TCP on loopback (or on the hosts' network with a hostfile or
+// inside a Slurm allocation of several nodes, where mpirun finds the nodes itself).
 // `mpirun -np N loom train ...` works too; this only saves remembering the flags.
 #include <unistd.h>
 
@@ -21,13 +22,32 @@
 namespace {
 
 const char* kUsage =
-    "usage: loom launch -n N [--hostfile FILE] [--threads T] [--mpirun PATH] [--dry-run] -- <command> [options]\n"
+    "usage: loom launch -n N [--hostfile FILE] [--mca KEY VALUE]... [--threads T] [--mpirun PATH] [--dry-run] -- <command> "
+    "[options]\n"
     "  -n N             number of processes (world size)\n"
-    "  --hostfile FILE  hosts to spread the processes over (mpirun's hostfile); default: this machine\n"
+    "  --hostfile FILE  hosts to spread the processes over (mpirun's hostfile); default: this machine, or the\n"
+    "                   nodes of the Slurm allocation it runs in (salloc / sbatch)\n"
+    "  --mca KEY VALUE  an Open MPI parameter for mpirun (repeatable); replaces loom's own value for KEY\n"
+    "                   (btl self,vader,tcp; mpi_yield_when_idle 1; on one host btl_tcp_if_include and\n"
+    "                   oob_tcp_if_include lo), e.g. --mca btl_tcp_if_include eth1 --mca plm_rsh_agent ssh\n"
     "  --threads T      compute threads per process (default: LOOM_NUM_THREADS, else cores / processes)\n"
     "  --mpirun PATH    the MPI launcher (default: mpirun on PATH)\n"
     "  --dry-run        print the mpirun command instead of running it\n"
-    "example: loom launch -n 2 -- train --config configs/llama_a.yaml\n";
+    "examples: loom launch -n 2 -- train --config configs/llama_a.yaml\n"
+    "          loom launch -n 16 --hostfile hosts --mca btl_tcp_if_include 10.0.0.0/24 --mca oob_tcp_if_include \\\n"
+    "            10.0.0.0/24 -- train --config big.yaml\n";
+
+using McaParams = std::vector<std::pair<std::string, std::string>>;
+
+// Sets KEY to VALUE, replacing an earlier value (mpirun takes each key once).
+void set_mca(McaParams* params, const std::string& key, const std::string& value) {
+  for (auto& [k, v] : *params)
+    if (k == key) {
+      v = value;
+      return;
+    }
+  params->emplace_back(key, value);
+}
 
 std::string self_path() {
   char buf[4096];
@@ -38,11 +58,21 @@ std::string self_path() {
 }
 
 
+// Inside a Slurm allocation of several nodes mpirun spreads the ranks over them by itself.
+bool in_multi_node_allocation() {
+  for (const char* var : {"SLURM_JOB_NUM_NODES", "SLURM_NNODES"}) {
+    int nodes = 0;
+    if (const char* v = std::getenv(var); v && loom::app::parse_positive(v, &nodes)) return nodes > 1;
+  }
+  return false;
+}
+
 int run_launch(const std::vector<std::string>& args) {
   int n = 0, threads = 0;
   std::string hostfile, mpirun = "mpirun";
   bool dry_run = false;
   std::vector<std::string> command;
+  McaParams user_mca;
   loom::app::ArgCursor cursor(args, kUsage);
   auto value = [&] { return cursor.value(); };
   while (!cursor.done()) {
@@ -61,6 +91,20 @@ int run_launch(const std::vector<std::string>& args) {
       }
     } else if (a == "--hostfile") {
       hostfile = value();
+    } else if (a == "--mca") {
+      const std::string key = value();
+      if (key.empty() || key[0] == '-' || key.find_first_of(" =\t") != std::string::npos) {
+        std::fprintf(stderr, "error: --mca '%s' is not an Open MPI parameter name; write --mca KEY VALUE, e.g. "
+                     "--mca btl_tcp_if_include eth1\n", key.c_str());
+        return 2;
+      }
+      // Open MPI's values never start with '-' (exclusion is '^'): this is the next option, not a value.
+      if (cursor.done() || cursor.peek().empty() || cursor.peek()[0] == '-') {
+        std::fprintf(stderr, "error: --mca %s needs a value; write --mca KEY VALUE, e.g. --mca btl_tcp_if_include eth1\n",
+                     key.c_str());
+        return 2;
+      }
+      set_mca(&user_mca, key, value());
     } else if (a == "--threads") {
       const std::string v = value();
       if (!loom::app::parse_positive(v, &threads)) {
@@ -81,10 +125,11 @@ int run_launch(const std::vector<std::string>& args) {
                  kUsage);
     return 2;
   }
+  const bool one_host = hostfile.empty() && !in_multi_node_allocation();
   if (threads == 0) {
     if (const char* env = std::getenv("LOOM_NUM_THREADS"); env && *env) loom::app::parse_positive(env, &threads);
-    // One host: share its cores (a hostfile spreads ranks; each host's cores / its ranks is unknown here).
-    if (threads == 0) threads = hostfile.empty() ? std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / n) : 1;
+    // One host: share its cores (over several hosts, each host's cores / its ranks is unknown here).
+    if (threads == 0) threads = one_host ? std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / n) : 1;
   }
   const std::string t = std::to_string(threads);
   ::setenv("LOOM_NUM_THREADS", t.c_str(), 1);
@@ -93,16 +138,19 @@ int run_launch(const std::vector<std::string>& args) {
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
 
-  std::vector<std::string> argv = {mpirun, "-np", std::to_string(n), "--oversubscribe", "--bind-to", "none",
-                                   // shared memory within a host, TCP between hosts
-                                   "--mca", "btl", "self,vader,tcp",
-                                   // ranks sharing cores give them up while they wait
-                                   "--mca", "mpi_yield_when_idle", "1"};
-  if (hostfile.empty()) {
-    argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"});
-  } else {
-    argv.insert(argv.end(), {"--hostfile", hostfile});
+  McaParams mca = {// shared memory within a host, TCP between hosts
+                    {"btl", "self,vader,tcp"},
+                    // ranks sharing cores give them up while they wait
+                    {"mpi_yield_when_idle", "1"}};
+  if (one_host) {
+    set_mca(&mca, "btl_tcp_if_include", "lo");
+    set_mca(&mca, "oob_tcp_if_include", "lo");
   }
+  for (const auto& [key, v] : user_mca) set_mca(&mca, key, v);
+
+  std::vector<std::string> argv = {mpirun, "-np", std::to_string(n), "--oversubscribe", "--bind-to", "none"};
+  for (const auto& [key, v] : mca) argv.insert(argv.end(), {"--mca", key, v});
+  if (!hostfile.empty()) argv.insert(argv.end(), {"--hostfile", hostfile});
   for (const char* var : {"LOOM_NUM_THREADS", "OMP_NUM_THREADS", "LOOM_COLLECTIVE_TIMEOUT_S", "LOOM_DIST_BACKEND"})
     if (std::getenv(var)) argv.insert(argv.end(), {"-x", var});
   argv.push_back(self_path());

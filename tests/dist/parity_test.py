@@ -5,7 +5,9 @@ layout; runs go through mpirun exactly as users start them.
 
   curves   1 process (4 micro-batches), FSDP 2 (2 micro-batches each: accumulation + DP), FSDP 4,
            HSDP 2x2, FSDP 2 with reshard_after_forward never and cpu_offload, FSDP 2 under full
-           recompute, FSDP 2 with layer swap: step-1 loss identical, 20-step loss curves within 1e-5.
+           recompute, FSDP 2 with layer swap: step-1 loss identical, 20-step loss curves within 1e-5;
+           bf16 compute (matmul weights all-gathered in bf16): FSDP 4 bit for bit, HSDP 2x2 and FSDP 2
+           within 2e-3 (bf16 rounding of weights that differ in the last fp32 bit).
   resume   a checkpoint saved at step 10 by one layout, resumed by others (1 -> 4, 4 -> 2, 4 -> 1):
            steps 11..20 follow the uninterrupted one-process curve within 1e-5.
   moe      DeepSeek-V3 style MoE + MLA + MTP with the expert-bias update: 1 process vs FSDP 2 and 4.
@@ -21,7 +23,8 @@ layout; runs go through mpirun exactly as users start them.
            tied embeddings, DeepSeek-V3 with MTP at pp 2: step-1 loss within 1e-6 relative, 20-step
            curves within 1e-5; checkpoints saved by pp 2 resume under one process, pp 4 and v 2, and
            one saved by pp 2 x cp 2 under one process.
-  launch   `loom launch -n 2 -- train ...` trains like mpirun; layout errors end every rank quickly
+  launch   `loom launch -n 2 -- train ...` trains like mpirun (its --dry-run: --mca overrides, hosts
+           from a hostfile or Slurm); layout errors end every rank quickly
            with the message (parallel_training.md "Parallelism Configuration Limitations").
   expert   expert parallelism on Qwen3-MoE and DeepSeek-V3: ep 2 and 4 with FSDP, efsdp, ep x tp
            (ep <= tp and ep > tp); curves within 1e-5, an ep 4 checkpoint resumed elsewhere, Muon.
@@ -191,9 +194,10 @@ ENV = dict(os.environ, LOOM_NUM_THREADS="1", OMP_NUM_THREADS="1", OMPI_ALLOW_RUN
 
 
 def run(args, work, name, world, shard=-1, steps=STEPS, save=False, load_path="", launch=False, parallel_extra="",
-        model=None, sections="", optimizer=None, edit_config=None):
+        model=None, sections="", optimizer=None, edit_config=None, launch_options=()):
     """Trains `name` at `world` processes and returns its losses by step and its run directory;
-    edit_config(text) -> text rewrites the written config first (e.g. another dataset)."""
+    edit_config(text) -> text rewrites the written config first (e.g. another dataset);
+    launch_options (e.g. a hostfile) start it through `loom launch` with them."""
     config, run_dir = write_config(work, name, steps, shard, save, load_path, parallel_extra, model, sections,
                                    optimizer)
     if edit_config:
@@ -202,8 +206,9 @@ def run(args, work, name, world, shard=-1, steps=STEPS, save=False, load_path=""
         with open(config, "w") as f:
             f.write(text)
     cmd = [args.loom, "train", "--config", config, "--output", run_dir]
-    if launch:
-        cmd = [args.loom, "launch", "-n", str(world), "--mpirun", args.mpirun, "--threads", "1", "--"] + cmd[1:]
+    if launch or launch_options:
+        cmd = [args.loom, "launch", "-n", str(world), "--mpirun", args.mpirun, "--threads", "1"] + list(
+            launch_options) + ["--"] + cmd[1:]
     elif world > 1:
         cmd = [args.mpirun, "-np", str(world)] + MPI_FLAGS + cmd
     t0 = time.time()
@@ -262,6 +267,21 @@ def curves(args, work):
             raise SystemExit("FAIL: %s step-1 loss %.17g differs from one process %.17g" % (name, got[1], ref[1]))
         print("  %-40s step-1 loss identical (%.17g)" % (name, got[1]))
         compare(name, got, ref, 1e-5)
+    # Mixed precision: bf16 compute on fp32 weights. FSDP all-gathers the matmul weights in bf16,
+    # cast on each shard exactly as the model casts them, so FSDP 4 (one micro-batch per rank, the
+    # grads summed in rank order) reproduces the one-process curve bit for bit. The accumulating
+    # layouts sum their fp32 grads in another order; a last-bit difference in a weight flips the
+    # rounding of its bf16 copy now and then, so their curves agree to bf16's precision (2e-3 on
+    # a loss near 3.5), not fp32's.
+    def bf16(text):
+        return text.replace("compute_dtype: float32", "compute_dtype: bfloat16")
+    ref16, _ = run(args, work, "one_process_bf16", 1, edit_config=bf16)
+    for name, world, shard, tolerance in [("fsdp4_bf16", 4, -1, 0.0), ("hsdp_2x2_bf16", 4, 2, 2e-3),
+                                          ("fsdp2_bf16", 2, -1, 2e-3)]:
+        got, _ = run(args, work, name, world, shard, edit_config=bf16)
+        if got[1] != ref16[1]:
+            raise SystemExit("FAIL: %s step-1 loss %.17g differs from one process %.17g" % (name, got[1], ref16[1]))
+        compare(name, got, ref16, tolerance)
 
 
 def moe(args, work):
@@ -668,6 +688,20 @@ def launch(args, work):
         if dry.returncode != 0 or needed not in dry.stdout:
             raise SystemExit("FAIL: loom launch --dry-run printed %r; expected %r in it" % (dry.stdout, needed))
     print("  loom launch --dry-run: " + dry.stdout.strip())
+    # --mca replaces loom's own value for its key; over several hosts (a hostfile, a Slurm allocation
+    # of several nodes) TCP is no longer pinned to loopback. tests/dist/multihost runs such a launch.
+    for options, env, present, absent in (
+            (["--mca", "btl", "tcp,self"], {}, ["--mca btl tcp,self "], ["self,vader,tcp"]),
+            (["--hostfile", "hosts"], {}, ["--hostfile hosts"], ["if_include lo"]),
+            ([], {"SLURM_JOB_NUM_NODES": "2"}, [], ["if_include lo"]),
+            ([], {"SLURM_JOB_NUM_NODES": "1"}, ["btl_tcp_if_include lo", "oob_tcp_if_include lo"], [])):
+        dry = subprocess.run([args.loom, "launch", "-n", "4", "--dry-run"] + options + ["--", "train"],
+                             env=dict(ENV, **env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+        if (dry.returncode != 0 or any(p not in dry.stdout for p in present)
+                or any(a in dry.stdout for a in absent)):
+            raise SystemExit("FAIL: loom launch %s (%s) --dry-run printed %r; expected %r in it and not %r" % (
+                " ".join(options), env, dry.stdout, present, absent))
+    print("  loom launch --dry-run: --mca replaces the defaults; a hostfile or Slurm nodes drop the loopback pinning")
     ref, _ = run(args, work, "one_process", 1)
     got, run_dir = run(args, work, "loom_launch_2", 2, launch=True)
     compare("loom launch -n 2", got, ref, 1e-5)

@@ -196,8 +196,8 @@ TEST(TrainCli, EveryStartUpErrorOfTrainIsReportedByCheckConfig) {
   }
 }
 
-// `loom cpu` names the matrix path the bench scripts print next to their figures; a bad
-// LOOM_MAX_CPU_ISA is an error naming it, extra arguments a usage error.
+// `loom cpu` names the matrix path the bench scripts print next to their figures and the MFU
+// peaks; a bad LOOM_MAX_CPU_ISA is an error naming it, extra arguments a usage error.
 TEST(TrainCli, CpuPrintsTheMatrixPath) {
   lt::TempDir dir;
   EXPECT_EQ(run({"cpu"}, dir.file("a")), 0);
@@ -205,6 +205,10 @@ TEST(TrainCli, CpuPrintsTheMatrixPath) {
   EXPECT_NE(out.find("cpu matrix path: "), std::string::npos) << out;
   EXPECT_TRUE(out.find("amx_bf16") != std::string::npos || out.find("avx512_bf16") != std::string::npos ||
               out.find("fp32") != std::string::npos) << out;
+  // ... and the MFU peaks of fp32 and bf16 compute, each with its derivation.
+  EXPECT_NE(out.find("mfu peak (float32 compute): fp32 FMA: "), std::string::npos) << out;
+  EXPECT_NE(out.find("mfu peak (bfloat16 compute): "), std::string::npos) << out;
+  EXPECT_NE(out.find("FLOP/cycle"), std::string::npos) << out;
   ::setenv("LOOM_MAX_CPU_ISA", "avx2", 1);
   EXPECT_EQ(run({"cpu"}, dir.file("b")), 1);
   ::unsetenv("LOOM_MAX_CPU_ISA");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "loom/autograd/grad_mode.h"
 #include "loom/ops/elementwise.h"
@@ -151,4 +152,27 @@ TEST(OpsElementwise, MaximumIsElementwiseBroadcastsKeepsNanAndHasNoBackward) {
   }
   autograd::NoGradGuard no_grad;
   EXPECT_EQ(ops::maximum(g, g).to_double_vector(), g.to_double_vector());
+}
+
+TEST(OpsElementwise, Bf16BinaryOpsOnContiguousTensorsRoundLikeTheScalarPath) {
+  // Long enough for several vector blocks and several threads' ranges, with a ragged tail;
+  // specials and values whose sums round both ways.
+  const int64_t n = 70000 + 13;
+  Tensor a = random_f64({n}, 21).to(DType::bf16), b = random_f64({n}, 22).to(DType::bf16);
+  a.narrow(0, 0, 1).fill_(std::numeric_limits<double>::infinity());
+  b.narrow(0, 1, 1).fill_(std::nan(""));
+  a.narrow(0, 2, 1).fill_(1e-39);  // a bf16 denormal
+  for (auto op : {ops::add, ops::sub, ops::mul, ops::div}) {
+    const std::vector<double> got = op(a, b).to_double_vector();
+    // fp32 arithmetic on the widened values, rounded once by Tensor::to (the scalar conversion).
+    const std::vector<double> want = op(a.to(DType::f32), b.to(DType::f32)).to(DType::bf16).to_double_vector();
+    ASSERT_EQ(got.size(), want.size());
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::isnan(want[i])) {
+        EXPECT_TRUE(std::isnan(got[i])) << i;
+      } else {
+        ASSERT_EQ(got[i], want[i]) << "element " << i;
+      }
+    }
+  }
 }

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/core/allocator.h"
+#include "loom/core/parallel.h"
+#include "loom/train/hardware.h"
 #include "trainer_fixture.h"
 
 using namespace loom;
@@ -256,4 +258,52 @@ TEST(Trainer, MemoryEstimateIsALowerBoundOfTheMeasuredPeak) {
   EXPECT_GE(peak, estimate.per_rank_bytes());
   // A lower bound that is not far off: the step holds less than three times the estimate.
   EXPECT_LT(peak, 3 * estimate.per_rank_bytes()) << "estimate " << estimate.per_rank_bytes() << " peak " << peak;
+}
+
+// MFU divides by the peak of the unit the products run on (train/hardware.h), for fp32 and bf16
+// compute alike, and every metrics.jsonl line names that peak.
+TEST(Trainer, MfuIsMeasuredAgainstThePeakOfTheComputeUnit) {
+  for (const char* compute : {"float32", "bfloat16"}) {
+    lt::TempDir dir;
+    auto data = lt::write_pattern_dataset(dir);
+    Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 2, "checkpoint:\n  enable_save: False\n"),
+                              {std::string("model.compute_dtype=") + compute}),
+              build_causal_lm, lt::quiet_options(dir.file("run")));
+    t.train();
+    const PeakFlops peak = peak_flops(num_threads(), t.resolved().model_args().compute_dtype);
+    std::ifstream in(fs::path(dir.file("run")) / "metrics.jsonl");
+    int lines = 0;
+    for (std::string line; std::getline(in, line); ++lines) {
+      const auto j = nlohmann::json::parse(line);
+      EXPECT_EQ(j["mfu_peak"].get<std::string>(), peak.description) << compute;
+      const double expected = t.model().flops_per_token(t.seq_length()) * j["tokens_per_s"].get<double>() / (peak.gflops * 1e9);
+      EXPECT_NEAR(j["mfu"].get<double>(), expected, 1e-9 * expected) << compute;
+    }
+    EXPECT_EQ(lines, 2) << compute;
+  }
+}
+
+// bf16 compute (fp32 master weights) follows the fp32 loss curve of the same deterministic run:
+// every step and the end within 1% (measured here: 2e-4 at most; bench/bf16_convergence.sh
+// checks the 300-step demo the same way). Runs on whatever matrix path the CPU has.
+TEST(Trainer, Bf16ComputeFollowsTheFp32LossCurve) {
+  std::map<std::string, std::vector<double>> curves;
+  for (const char* compute : {"float32", "bfloat16"}) {
+    lt::TempDir dir;
+    auto data = lt::write_pattern_dataset(dir);
+    Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 30, 4, 4, "checkpoint:\n  enable_save: False\n"),
+                              {std::string("model.compute_dtype=") + compute}),
+              build_causal_lm, lt::quiet_options(dir.file("run")));
+    t.train();
+    curves[compute] = losses_of(dir.file("run"));
+  }
+  const auto& fp32 = curves["float32"];
+  const auto& bf16 = curves["bfloat16"];
+  ASSERT_EQ(fp32.size(), 30u);
+  ASSERT_EQ(bf16.size(), 30u);
+  EXPECT_LT(fp32.back(), fp32.front() - 1.0) << "the fp32 run did not learn: the comparison would say nothing";
+  EXPECT_NE(bf16, fp32) << "bf16 compute gave the fp32 bits: it did not run in bf16";
+  for (size_t i = 0; i < fp32.size(); ++i)
+    EXPECT_NEAR(bf16[i], fp32[i], 0.01 * fp32[i]) << "step " << i + 1;
+  EXPECT_NEAR(bf16.back(), fp32.back(), 0.01 * fp32.back());
 }

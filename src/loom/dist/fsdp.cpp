@@ -84,6 +84,7 @@ std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr
   layer_config.reshard_after_forward = fsdp->reshard_after_forward_;
   layer_config.divide_gradients = !options.disable_gradient_division;
   layer_config.cpu_offload = options.cpu_offload;
+  layer_config.compute_dtype = options.compute_dtype;
   layer_config.data_parallel_ranks = static_cast<double>(mesh->size("batch"));  // dp_replicate·dp_shard
   FsdpUnitConfig root_config = layer_config;
   root_config.is_root = true;
@@ -209,6 +210,12 @@ CommStats FullyShardedModel::comm_stats() const {
 int64_t FullyShardedModel::grad_reduce_bytes() const {
   int64_t bytes = 0;
   for (const auto& unit : units_) bytes += unit->reduce_bytes_sent();
+  return bytes;
+}
+
+int64_t FullyShardedModel::param_gather_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& unit : units_) bytes += unit->gather_bytes_sent();
   return bytes;
 }
 

@@ -56,6 +56,11 @@ struct FsdpOptions {
   bool disable_gradient_division = true;
   // Sharded parameters and grads live in the host pool (loom::host_pool()), not device memory.
   bool cpu_offload = false;
+  // Mixed precision (compute_dtype bf16 or f16 on fp32 parameters): parameters the model only
+  // uses cast to it (Parameter::multiplied_in_compute_dtype) are cast on the shard and
+  // all-gathered in it, half the bytes of fp32 and the same values the model's own cast gives;
+  // the rest (norm weights, embeddings, the router) gather in fp32. Grads reduce in fp32 always.
+  std::optional<DType> compute_dtype;
   // Module paths that form their own unit, matched exactly or as "<prefix>.*" (every child of
   // prefix). Empty: "decoder.layers.*" and "mtp.layers.*".
   std::vector<std::string> unit_paths;
@@ -110,6 +115,9 @@ class FullyShardedModel {
   CommStats comm_stats() const;
   // The part of comm_stats().bytes_sent that grad reductions sent, since the last reset.
   int64_t grad_reduce_bytes() const;
+  // The part that parameter all-gathers sent (each bucket in its parameters' dtype: float32
+  // parameters are gathered in float32 even under bf16 compute, see docs/distributed.md).
+  int64_t param_gather_bytes() const;
   void reset_comm_stats();
 
  private:

@@ -119,11 +119,16 @@ void FsdpUnit::add_param(const std::string& name, nn::Parameter* param, const Fs
   s.rows_per_rank = (s.rows + n - 1) / n;
   s.row_begin = std::min<int64_t>(s.rows, static_cast<int64_t>(k) * s.rows_per_rank);
   s.local_rows = rows_of_rank(s, k);
+  const DType gather = config_.compute_dtype && dt == DType::f32 && param->multiplied_in_compute_dtype
+                           ? *config_.compute_dtype : dt;
   size_t b = 0;
-  while (b < buckets_.size() && (buckets_[b].dtype != dt || buckets_[b].shard.group != shard.group)) ++b;
+  while (b < buckets_.size() && (buckets_[b].dtype != dt || buckets_[b].gather_dtype != gather ||
+                                 buckets_[b].shard.group != shard.group))
+    ++b;
   if (b == buckets_.size()) {
     buckets_.emplace_back();
     buckets_.back().dtype = dt;
+    buckets_.back().gather_dtype = gather;
     buckets_.back().shard = shard;
   }
   s.bucket = b;
@@ -179,6 +184,7 @@ void FsdpUnit::point_leaves_at_full() {
     impl->storage = full.storage();
     impl->offset = full.offset() + s.full_offset;
     impl->device = full.device();
+    impl->dtype = full.dtype();  // the compute dtype while gathered in it
   }
 }
 
@@ -188,6 +194,7 @@ void FsdpUnit::release_leaves() {
     impl->storage = released_storage();
     impl->offset = 0;
     impl->device = Device::meta();
+    impl->dtype = buckets_[s.bucket].dtype;
   }
 }
 
@@ -196,14 +203,18 @@ void FsdpUnit::unshard() {
   LOOM_TRACE("fsdp", "all_gather");
   for (FsdpBucket& b : buckets_) {
     const int n = b.shard.group->size();
-    b.full = Tensor::empty({b.full_numel}, b.dtype);
-    Tensor gathered = b.shard_flat;
+    // Mixed precision: the shard is cast before the gather (the model's own cast, on 1/n of it).
+    const Tensor shard = b.gather_dtype == b.dtype ? b.shard_flat : b.shard_flat.to(b.gather_dtype);
+    b.full = Tensor::empty({b.full_numel}, b.gather_dtype);
+    Tensor gathered = shard;
     if (n > 1) {
-      gathered = Tensor::empty({b.shard_numel * n}, b.dtype);
-      b.shard.group->all_gather(b.shard_flat, gathered);
+      gathered = Tensor::empty({b.shard_numel * n}, b.gather_dtype);
+      const int64_t sent_before = b.shard.group->stats().bytes_sent;
+      b.shard.group->all_gather(shard, gathered);
+      gather_bytes_sent_ += b.shard.group->stats().bytes_sent - sent_before;
     }
     // Rank r's block of each parameter is rows [r·c, r·c + len_r): contiguous in both layouts.
-    const size_t es = dtype_size(b.dtype);
+    const size_t es = dtype_size(b.gather_dtype);
     const char* src = static_cast<const char*>(gathered.raw_data());
     char* dst = static_cast<char*>(b.full.raw_data());
     for (size_t idx : b.slots) {
@@ -237,7 +248,7 @@ int64_t FsdpUnit::gathered_bytes() const {
 
 int64_t FsdpUnit::full_param_bytes() const {
   int64_t bytes = 0;
-  for (const FsdpBucket& b : buckets_) bytes += b.full_numel * static_cast<int64_t>(dtype_size(b.dtype));
+  for (const FsdpBucket& b : buckets_) bytes += b.full_numel * static_cast<int64_t>(dtype_size(b.gather_dtype));
   return bytes;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,8 @@ struct FsdpShardGroup {
 };
 
 struct FsdpBucket {
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;         // of the parameters and their shard
+  DType gather_dtype = DType::f32;  // of the all-gather and the full buffer (fsdp.h: compute_dtype)
   FsdpShardGroup shard;      // the unit's shard group, or the expert group (efsdp)
   int64_t shard_numel = 0;   // per rank: Σ c·row_numel
   int64_t full_numel = 0;    // Σ rows·row_numel
@@ -58,6 +60,7 @@ struct FsdpUnitConfig {
   // (efsdp) have other sizes, while its grads are a sum over the same data (expert_parallel.h).
   double data_parallel_ranks = 1;
   bool cpu_offload = false;
+  std::optional<DType> compute_dtype;  // FsdpOptions::compute_dtype
   // The mesh axis the unit's shard group spans, recorded in the parameters' placements.
   std::string shard_axis = "fsdp";
 };
@@ -108,7 +111,9 @@ class FsdpUnit : public std::enable_shared_from_this<FsdpUnit> {
   void zero_grad();
   // Bytes this unit's grad reductions sent (reduce-scatter and replicate all-reduce) since reset.
   int64_t reduce_bytes_sent() const { return reduce_bytes_sent_; }
-  void reset_reduce_bytes() { reduce_bytes_sent_ = 0; }
+  // Bytes this unit's parameter all-gathers sent (in each bucket's parameter dtype) since reset.
+  int64_t gather_bytes_sent() const { return gather_bytes_sent_; }
+  void reset_reduce_bytes() { reduce_bytes_sent_ = gather_bytes_sent_ = 0; }
 
  private:
   void point_leaves_at_full();
@@ -122,7 +127,7 @@ class FsdpUnit : public std::enable_shared_from_this<FsdpUnit> {
   bool gathered_ = false;
   size_t trainable_count_ = 0, ready_count_ = 0;
   bool requires_gradient_sync_ = true;
-  int64_t reduce_bytes_sent_ = 0;
+  int64_t reduce_bytes_sent_ = 0, gather_bytes_sent_ = 0;
   std::shared_ptr<autograd::SavedTensorHooks> hooks_;
 };
 

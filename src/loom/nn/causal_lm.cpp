@@ -6,6 +6,7 @@
 #include "loom/ops/elementwise.h"
 #include "loom/ops/linear.h"
 #include "loom/ops/loss.h"
+#include "loom/ops/weight_cast.h"
 
 namespace loom::nn {
 
@@ -98,7 +99,7 @@ Parameter& CausalLM::output_weight() {
   return output_layer_ ? output_layer_->weight() : embedding_->word_embeddings().weight();
 }
 
-Tensor CausalLM::head_weight(DType dtype) { return ops::cast(output_weight().tensor, dtype); }
+Tensor CausalLM::head_weight(DType dtype) { return ops::cast_weight(output_weight().tensor, dtype); }
 
 std::vector<MTPLayer*> CausalLM::mtp_layers() {
   return mtp_ ? mtp_->layers() : std::vector<MTPLayer*>{};

@@ -50,6 +50,10 @@ struct Parameter {
   // Default: decayed unless 1-D or a bias (the optimizer's include/exclude rules override).
   bool weight_decay = true;
   bool trainable = true;
+  // The module only ever uses it cast to the compute dtype (matmul weights and biases), so under
+  // mixed precision a strategy may hand it over already cast (FSDP all-gathers it in bf16): the
+  // same values, and its grad still accumulates in fp32 (AccumulateGrad of a bf16 leaf).
+  bool multiplied_in_compute_dtype = false;
 
   const Tensor& local() const { return local_shard.defined() ? local_shard : tensor; }
   Shape local_shape() const { return placement.local_shape(global_shape); }

@@ -4,6 +4,7 @@
 #include "loom/ops/elementwise.h"
 #include "loom/ops/moe.h"
 #include "loom/ops/shape.h"
+#include "loom/ops/weight_cast.h"
 
 namespace loom::nn {
 
@@ -13,6 +14,7 @@ GroupedExperts::GroupedExperts(const TransformerConfig& c) : Module("GroupedExpe
                                  Device::meta());
   weight2_ = &register_parameter("weight2", {E, ffn, c.hidden_size}, c.params_dtype, Init::normal(c.init_std),
                                  Device::meta());
+  weight1_->multiplied_in_compute_dtype = weight2_->multiplied_in_compute_dtype = true;
 }
 
 Tensor GroupedExperts::forward(const Tensor& tokens, const Tensor& tokens_per_expert) {
@@ -21,9 +23,9 @@ Tensor GroupedExperts::forward(const Tensor& tokens, const Tensor& tokens_per_ex
     const Tensor& counts = in[1];
     // One GEMM per expert for gate|up and for down; grouped_gemm checks that the counts are
     // those of weight1's experts. The routing weights are applied in combine.
-    Tensor h = ops::grouped_gemm(x, ops::cast(weight1_->tensor, x.dtype()), counts);
+    Tensor h = ops::grouped_gemm(x, ops::cast_weight(weight1_->tensor, x.dtype()), counts);
     return std::vector<Tensor>{ops::grouped_gemm(mlp_activation(h, activation_, true),
-                                                 ops::cast(weight2_->tensor, x.dtype()), counts)};
+                                                 ops::cast_weight(weight2_->tensor, x.dtype()), counts)};
   })[0];
 }
 

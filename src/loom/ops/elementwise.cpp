@@ -207,7 +207,10 @@ Tensor swiglu_packed(const Tensor& h) {
 Tensor cast(const Tensor& a, DType dtype) {
   LOOM_TRACE("op", "cast");
   if (a.dtype() == dtype) return a;
-  Tensor out = a.to(dtype);
+  return record_cast(a, a.to(dtype));
+}
+
+Tensor record_cast(const Tensor& a, Tensor out) {
   const DType from = a.dtype();
   record("cast", {&a}, {&out}, {}, [from](const Grads& g, const BackwardContext&) -> Grads {
     return {g[0].to(from)};

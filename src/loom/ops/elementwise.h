@@ -34,5 +34,8 @@ Tensor swiglu(const Tensor& gate, const Tensor& up);
 Tensor swiglu_packed(const Tensor& h);
 // Changes dtype; the grad is cast back to the input's dtype.
 Tensor cast(const Tensor& a, DType dtype);
+// cast's autograd node alone, for values converted earlier (ops/weight_cast.h reuses a weight's
+// converted copy): `out` (a's values in another dtype, its own handle) becomes cast(a)'s result.
+Tensor record_cast(const Tensor& a, Tensor out);
 
 }  // namespace loom::ops

@@ -17,6 +17,7 @@
 #include "loom/core/trace.h"
 #include "loom/dist/sharded_checkpoint.h"
 #include "loom/kernels/cpu/cpu_isa.h"
+#include "loom/ops/weight_cast.h"
 #include "loom/optim/grad_norm.h"
 #include "loom/optim/lr_scheduler.h"
 #include "loom/optim/optimizer_factory.h"
@@ -83,7 +84,8 @@ void Trainer::build() {
   // Before anything is allocated: a bad callback entry stops the run as check-config reports it.
   configured_callbacks_ = make_configured_callbacks(config_.callbacks);
   apply_thread_env();
-  peak_gflops_ = peak_flops(num_threads()).gflops * options_.world_size;
+  // MFU's denominator: the peak of the unit the step's products run on, derived once.
+  peak_ = peak_flops(num_threads(), resolved_.model_args().compute_dtype);
   manual_seed(static_cast<uint64_t>(config_.training.seed));
 
   // Parallel layout and gradient accumulation, resolved with the configuration (check-config's too).
@@ -105,8 +107,9 @@ void Trainer::build() {
   checkpoints_->prepare_async(checkpoint_contents());
   log::info("model: ", model_->module().num_parameters(), " parameters", parallel_->pipeline() ? " on this pipeline stage" : "", ", ", model_->num_layers(), " layers; ",
             state_.num_accumulation_steps, " micro-batch", state_.num_accumulation_steps > 1 ? "es" : "",
-            " of ", config_.training.local_batch_size, " × ", seq_length_, " tokens per step; peak ",
-            peak_flops(num_threads()).description);
+            " of ", config_.training.local_batch_size, " × ", seq_length_, " tokens per step");
+  log::info("MFU peak", options_.world_size == 1 ? "" : " per process (MFU uses it × the process count)", ": ",
+            peak_.description);
   log::info("CPU matrix path: ", kernels::cpu::describe_matrix_path());
 }
 
@@ -146,6 +149,8 @@ void Trainer::build_model() {
   const int64_t total_layers = model_->num_layers() + model_->num_mtp_layers();
   dist::ParallelizeOptions po;
   po.fsdp = fsdp_options(config_.parallelism, mesh_->dims());
+  const DType compute = resolved_.model_args().compute_dtype;
+  if (compute == DType::bf16 || compute == DType::f16) po.fsdp.compute_dtype = compute;
   po.expert = expert_parallel_options(config_.parallelism);
   po.context.load_balanced = config_.parallelism.context_parallel_load_balance;
   po.context.async = config_.parallelism.context_parallel_async;
@@ -223,6 +228,7 @@ void Trainer::build_monitoring() {
       writes && !options_.run_dir.empty() ? (fs::path(options_.run_dir) / "metrics.jsonl").string() : "",
       writes ? tb_dir : "", config_.monitor.tensorboard.log_interval);
   metrics_->set_run_field("cpu_matrix_path", kernels::cpu::matrix_path_name(kernels::cpu::matrix_dispatch().path));
+  metrics_->set_run_field("mfu_peak", peak_.description);
 
   ProfilerOptions po;
   po.enable = config_.profiler.enable_profiling;
@@ -344,7 +350,12 @@ void Trainer::fire(void (Callback::*event)(CallbackContext&), StepMetrics* metri
 }
 
 int64_t Trainer::train_step(StepMetrics& m) {
-  const StepResult r = schedule_->run_step([this] { return loader_->next(); });
+  // Mixed precision: every micro-batch of the step multiplies by the same bf16 copies of the
+  // weights, made at their first use and dropped before the optimizer writes the fp32 weights.
+  const StepResult r = [this] {
+    ops::WeightCastScope weight_casts;
+    return schedule_->run_step([this] { return loader_->next(); });
+  }();
   state_.epoch = r.epoch;
   double grad_norm;
   {
@@ -461,7 +472,7 @@ TrainSummary Trainer::train() {
     m.consumed_samples = state_.consumed_samples;
     m.global_batch_size = samples_per_step;
     m.tokens_per_s = static_cast<double>(tokens) / m.step_time_s;
-    m.mfu = flops_per_token * m.tokens_per_s / (peak_gflops_ * 1e9);
+    m.mfu = flops_per_token * m.tokens_per_s / (peak_.gflops * options_.world_size * 1e9);
     m.tflops_per_device = flops_per_token * m.tokens_per_s / options_.world_size / 1e12;
     const MemoryStats mem = memory_stats();
     m.mem_current_bytes = mem.current_bytes;

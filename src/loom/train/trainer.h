@@ -24,6 +24,7 @@
 #include "loom/optim/optimizer.h"
 #include "loom/train/callbacks.h"
 #include "loom/train/checkpoint.h"
+#include "loom/train/hardware.h"
 #include "loom/train/metrics.h"
 #include "loom/train/profiler.h"
 #include "loom/train/schedule.h"
@@ -144,7 +145,7 @@ class Trainer {
   std::unique_ptr<dist::ParallelModel> parallel_;
   std::unique_ptr<Schedule> schedule_;
   std::shared_ptr<dist::ProcessGroup> checkpoint_group_;  // own communicator: async saves barrier off-thread
-  double peak_gflops_ = 0;
+  PeakFlops peak_;  // per process; MFU divides by it × world_size
   int64_t skipped_updates_ = 0;
 };
 

@@ -119,6 +119,35 @@ TEST(FsdpMpi, Bf16ParametersGatherInBf16AndReduceFp32MainGrads) {
   check_grads(s, ref, 0);
 }
 
+// What travels under each precision: parameters are all-gathered in their own dtype (bf16
+// compute on float32 parameters still gathers float32: the cast to bf16 happens at use), grads
+// are reduce-scattered as fp32 main grads whatever the dtypes.
+TEST(FsdpMpi, GatherBytesFollowTheParameterDtypeAndReductionsStayFp32) {
+  struct Case { const char* params; const char* compute; int64_t gather = 0, reduce = 0; };
+  std::vector<Case> cases{{"float32", "float32"}, {"float32", "bfloat16"}, {"bfloat16", "bfloat16"}};
+  for (Case& c : cases) {
+    Json section = testing::dist_tiny_llama();
+    section["params_dtype"] = c.params;
+    section["compute_dtype"] = c.compute;
+    FsdpOptions options;  // as the trainer sets it from model.compute_dtype
+    if (std::string(c.compute) == "bfloat16") options.compute_dtype = DType::bf16;
+    Trained s = make_trained(section, -1, options);
+    s.fsdp->reset_comm_stats();
+    fsdp_step(s, 1);
+    c.gather = s.fsdp->param_gather_bytes();
+    c.reduce = s.fsdp->grad_reduce_bytes();
+    EXPECT_GT(c.gather, 0) << c.params << "/" << c.compute;
+    EXPECT_LE(c.gather + c.reduce, s.fsdp->comm_stats().bytes_sent) << c.params << "/" << c.compute;
+  }
+  // bf16 compute on fp32 weights gathers the matmul weights in bf16, the norm weights and the
+  // embedding table in fp32: between all-bf16 parameters and all-fp32 ones.
+  EXPECT_LT(cases[1].gather, cases[0].gather);
+  EXPECT_GT(cases[1].gather, cases[2].gather);
+  EXPECT_EQ(2 * cases[2].gather, cases[0].gather);
+  EXPECT_EQ(cases[1].reduce, cases[0].reduce);
+  EXPECT_EQ(cases[2].reduce, cases[0].reduce);
+}
+
 TEST(FsdpMpi, GradNormWithReplicaFactorsEqualsOneProcess) {
   // semantics.md §1.2: Σ_p Σg²/replica_factor(p) summed over the world, then sqrt.
   for (int shard : {-1, 2}) {

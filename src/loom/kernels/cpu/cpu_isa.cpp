@@ -137,10 +137,10 @@ const MatrixDispatch& matrix_dispatch() {
 std::string describe_matrix_path(const MatrixDispatch& d) {
   std::string s = matrix_path_name(d.path);
   switch (d.path) {
-    case MatrixPath::amx_bf16: s += " (bf16 GEMMs on oneDNN, AMX tiles"; break;
-    case MatrixPath::avx512_bf16: s += " (bf16 GEMMs on oneDNN, AVX512-BF16"; break;
+    case MatrixPath::amx_bf16: s += " (bf16 GEMMs on oneDNN, AMX tiles; fp32 GEMMs on oneDNN"; break;
+    case MatrixPath::avx512_bf16: s += " (bf16 GEMMs on oneDNN, AVX512-BF16; fp32 GEMMs on oneDNN"; break;
     case MatrixPath::fp32:
-      s += " (bf16 widened to fp32 on OpenBLAS";
+      s += " (bf16 widened to fp32 and fp32 GEMMs on OpenBLAS";
       if (best_matrix_path(d.features) == MatrixPath::fp32)
         s += ": the CPU has neither AMX-BF16 nor AVX512-BF16";
       break;

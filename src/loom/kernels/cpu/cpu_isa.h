@@ -5,6 +5,8 @@
 //   amx_bf16     AMX tiles (TMUL, bf16 dot products into fp32 tiles)     → oneDNN matmul
 //   avx512_bf16  AVX512-BF16 (vdpbf16ps: bf16 pairs into fp32 lanes)     → oneDNN matmul
 //   fp32         neither: bf16 operands widened to fp32, OpenBLAS sgemm, result rounded once
+// On the two bf16 paths fp32 GEMMs go to oneDNN as well (cpu/gemm.cpp says why); on the fp32
+// path they stay on OpenBLAS.
 //
 // The highest path the CPU supports is taken; LOOM_MAX_CPU_ISA=avx512_bf16 or =fp32 caps it (so
 // tests and benchmarks can run every path the machine has), and the cap is handed to oneDNN as

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "loom/core/parallel.h"
+#include "loom/kernels/cpu/cpu_isa.h"
 #include "loom/kernels/cpu/gemm.h"
 #include "loom/kernels/cpu/index.h"
 #include "loom/kernels/cpu/row_helpers.h"
@@ -256,8 +257,9 @@ namespace {
 
 struct LinearXentSetup {
   int64_t n, d, v, chunk;
-  DType compute;
-  Tensor hidden, weight;  // in the compute dtype
+  DType compute;          // of the logits, the softmax and the grads' accumulation
+  DType operands;         // of the GEMMs' inputs: compute, or bf16 on a bf16 matrix path
+  Tensor hidden, weight;  // in the operands dtype
   std::vector<int64_t> labels;
 };
 
@@ -270,9 +272,15 @@ LinearXentSetup linear_setup(const Tensor& hidden, const Tensor& weight, const T
   check_row_weights(row_weights, s.n);
   s.chunk = linear_cross_entropy_chunk(s.n, s.v, chunk_tokens);
   s.compute = hidden.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  // One conversion up front (a no-op for f32): every chunk's GEMM reads the same weight.
-  s.hidden = hidden.to(s.compute);
-  s.weight = weight.to(s.compute);
+  // On a CPU with bf16 matrix units the head's GEMMs take bf16 operands as they are, accumulate
+  // in fp32 and write fp32 logits (the head is a third of a small model's FLOPs: widening it to
+  // fp32 would leave the units idle for it). Elsewhere both are widened once up front, so every
+  // chunk's GEMM reads the same fp32 weight.
+  const bool bf16_units = hidden.dtype() == DType::bf16 && weight.dtype() == DType::bf16 &&
+                          matrix_dispatch().path != MatrixPath::fp32;
+  s.operands = bf16_units ? DType::bf16 : s.compute;
+  s.hidden = hidden.to(s.operands);
+  s.weight = weight.to(s.operands);
   s.labels = labels_vector(labels);
   return s;
 }
@@ -288,12 +296,14 @@ bool chunk_has_weight(const double* pw, int64_t t0, int64_t c) {
 struct PassState {
   std::vector<double> ce;
   Tensor buf, lse;
+  Tensor dlogits_operand;  // a chunk of dlogits rounded to bf16, when the operands are bf16
 };
 
 PassState start_pass(const LinearXentSetup& s, const Tensor& lse_in, Tensor* lse_out, Tensor* dh, Tensor* dw) {
   PassState st;
   st.ce.assign(static_cast<size_t>(s.n), 0.0);
   st.buf = Tensor::empty({s.chunk, s.v}, s.compute);
+  if (s.operands != s.compute && (dh || dw)) st.dlogits_operand = Tensor::empty({s.chunk, s.v}, s.operands);
   if (lse_out) *lse_out = Tensor::zeros({s.n}, s.compute);
   st.lse = lse_in.defined() ? lse_in.to(s.compute).contiguous() : *lse_out;
   if (dh) *dh = Tensor::zeros({s.n, s.d}, s.compute);
@@ -301,13 +311,25 @@ PassState start_pass(const LinearXentSetup& s, const Tensor& lse_in, Tensor* lse
   return st;
 }
 
-// A chunk's dlogits (in `logits`) into dh = dlogits · W and dw += dlogitsᵀ · h.
-void chunk_grads(const Tensor& logits, const Tensor& h, const Tensor& weight, int64_t t0, Tensor* dh, Tensor* dw) {
-  if (dh) {
-    Tensor dh_chunk = dh->narrow(0, t0, logits.shape()[0]);
-    gemm(logits, false, weight, false, dh_chunk, 1.0, 0.0);  // [c, V] · [V, D]
+// A chunk's dlogits (in `logits`) into dh = dlogits · W and dw += dlogitsᵀ · h. With bf16
+// operands the dlogits are rounded to bf16 first (as autocast's bf16 logits grad is), and dh and
+// dw still accumulate in fp32.
+void chunk_grads(const Tensor& logits, const Tensor& h, const Tensor& weight, int64_t t0, Tensor& dlogits_operand,
+                 Tensor* dh, Tensor* dw) {
+  if (!dh && !dw) return;
+  const int64_t c = logits.shape()[0], v = logits.shape()[1];
+  Tensor dl = logits;
+  if (dlogits_operand.defined()) {
+    dl = dlogits_operand.narrow(0, 0, c);
+    const float* src = logits.data<float>();
+    bf16* dst = dl.data<bf16>();
+    parallel_for(0, c, 1, [&](int64_t b, int64_t e) { vec::narrow_row(src + b * v, dst + b * v, (e - b) * v); });
   }
-  if (dw) gemm(logits, true, h, false, *dw, 1.0, 1.0);  // += [V, c] · [c, D]
+  if (dh) {
+    Tensor dh_chunk = dh->narrow(0, t0, c);
+    gemm(dl, false, weight, false, dh_chunk, 1.0, 0.0);  // [c, V] · [V, D]
+  }
+  if (dw) gemm(dl, true, h, false, *dw, 1.0, 1.0);  // += [V, c] · [c, D]
 }
 
 // Σ ce·w in row order: the same sum for any thread count.
@@ -355,7 +377,7 @@ double linear_pass(const LinearXentSetup& s, const double* pw, const Tensor& lse
             row_grad<C, C>(row, row, s.v, pl[r], s.labels[r], static_cast<C>(pw[r] * grad_scale), nullptr, nullptr);
         }
       });
-      chunk_grads(logits, h, s.weight, t0, dh, dw);
+      chunk_grads(logits, h, s.weight, t0, st.dlogits_operand, dh, dw);
     }
   });
   return weighted_total(ce, pw);
@@ -423,7 +445,7 @@ double linear_pass_sharded(const LinearXentSetup& s, const double* pw, const Voc
                            static_cast<C>(pw[r] * grad_scale), nullptr, nullptr);
           }
         });
-      chunk_grads(logits, h, s.weight, t0, dh, dw);
+      chunk_grads(logits, h, s.weight, t0, st.dlogits_operand, dh, dw);
     }
   });
   return weighted_total(ce, pw);

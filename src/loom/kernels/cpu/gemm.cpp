@@ -91,6 +91,24 @@ void check_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, int64_t& m, 
 
 bool positive_strides(const Tensor& t) { return t.strides()[0] > 0 && t.strides()[1] > 0; }
 
+// Which library multiplies, by operand dtype and size. On a CPU with bf16 matrix units:
+// - bf16: oneDNN, on the bf16 operands in place (no widening), accumulating in fp32.
+// - fp32: oneDNN too, from kOnednnMinFlops up. Measured with bench_linear on the size-B shapes,
+//   2 threads: on a Zen 5 (AVX512-BF16) oneDNN's brgemm avx512_core ran 200-217 GFLOP/s against
+//   67-108 for OpenBLAS 0.3.21 (whose kernels predate the core); on a Xeon with AMX both reached
+//   350-390. Below the threshold oneDNN's per-call cost (a cache lookup and three memory
+//   descriptors, a few microseconds) outweighs it, and small GEMMs usually run inside a parallel
+//   region, one per thread, where OpenBLAS is cheapest.
+// On the fp32 path (neither AMX-BF16 nor AVX512-BF16) everything stays on OpenBLAS, bit for bit
+// what it always computed.
+constexpr double kOnednnMinFlops = 4e6;
+
+bool on_onednn(DType operands, int64_t m, int64_t n, int64_t k) {
+  if (matrix_dispatch().path == MatrixPath::fp32) return false;
+  if (operands == DType::bf16) return true;
+  return operands == DType::f32 && 2.0 * static_cast<double>(m) * n * k >= kOnednnMinFlops;
+}
+
 }  // namespace
 
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha,
@@ -103,10 +121,7 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& 
              DTypeError, "gemm: output dtype ", dtype_name(c.dtype()), " cannot hold a product of ",
              dtype_name(a.dtype()), " operands (use the same dtype, or float32 for bf16/f16)");
   if (m == 0 || n == 0) return;
-  // bf16 on a CPU with bf16 matrix units: oneDNN multiplies the bf16 operands in place (no
-  // widening), accumulating in fp32.
-  if (a.dtype() == DType::bf16 && k > 0 && matrix_dispatch().path != MatrixPath::fp32 &&
-      positive_strides(a) && positive_strides(b) && positive_strides(c)) {
+  if (k > 0 && on_onednn(a.dtype(), m, n, k) && positive_strides(a) && positive_strides(b) && positive_strides(c)) {
     onednn_gemm(a, trans_a, b, trans_b, c, alpha, beta);
     return;
   }

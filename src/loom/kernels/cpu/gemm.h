@@ -1,8 +1,9 @@
-// Matrix multiply. bf16 operands go to oneDNN when the CPU has bf16 matrix units (AMX or
-// AVX512-BF16; cpu/cpu_isa.h picks at run time, cpu/onednn_gemm.h multiplies: bf16 products
-// summed in fp32). Everything else runs on OpenBLAS (sgemm/dgemm): bf16/f16 operands are widened
-// to fp32, multiplied in fp32 and the result rounded back once, as a tensor core with fp32
-// accumulation would. Both round the fp32 sum once; they differ in summation order only.
+// Matrix multiply. When the CPU has bf16 matrix units (AMX or AVX512-BF16; cpu/cpu_isa.h picks at
+// run time) bf16 operands, and fp32 operands of all but small products, go to oneDNN
+// (cpu/onednn_gemm.h: bf16 products summed in fp32; its fp32 kernels outrun OpenBLAS's on those
+// CPUs, gemm.cpp has the figures). Everything else runs on OpenBLAS (sgemm/dgemm): bf16/f16
+// operands are widened to fp32, multiplied in fp32 and the result rounded back once, as a tensor
+// core with fp32 accumulation would. Both round the fp32 sum once; they differ in summation order.
 #pragma once
 
 #include <optional>
