@@ -113,3 +113,28 @@ TEST(RankState, ExpertParallelSplitsRoutedExpertsAndFsdpShardsThemOverEfsdp) {
 
 }  // namespace
 }  // namespace loom::plan
+
+namespace loom::plan {
+namespace {
+
+TEST(RankState, Bf16ComputeGathersTheMatmulWeightsInBf16AndTheRestInFp32) {
+  std::string yaml = testing::tiny_yaml();
+  yaml.replace(yaml.find("compute_dtype: float32"), 22, "compute_dtype: bfloat16");
+  const auto c = testing::load(yaml, 2);
+  const auto held = held_parameters(c.config, *c.resolved, 0);
+  const HeldParameter* fc1 = find(held, "decoder.layers.0.mlp.linear_fc1.weight");
+  const HeldParameter* norm = find(held, "decoder.layers.0.input_layernorm.weight");
+  EXPECT_EQ(fc1->gather_dtype, DType::bf16);
+  EXPECT_EQ(norm->gather_dtype, DType::f32);
+  const StateBytes s = state_bytes(held, c.resolved->layout.dims, 0, true);
+  bool bf16 = false, f32 = false;
+  for (const auto& b : s.buckets) {
+    EXPECT_EQ(b.dtype, DType::f32);  // the shards stay fp32
+    bf16 = bf16 || b.gather_dtype == DType::bf16;
+    f32 = f32 || b.gather_dtype == DType::f32;
+  }
+  EXPECT_TRUE(bf16 && f32);
+}
+
+}  // namespace
+}  // namespace loom::plan

@@ -98,8 +98,9 @@ Plan make_plan(const config::TrainConfig& config, const config::ResolvedConfig& 
     // in an MoE layer, the dispatch's permuted copies of T·K rows (in, received, expert output).
     int64_t transient = 0;
     const memory::RecomputeOptions none;
-    // Context parallelism: the ring holds the block being used, the next one in flight and the
-    // dK/dV it passes on; Ulysses the packed send and receive copies of q, k, v and the output.
+    // Context parallelism: the ring keeps the K/V blocks of every peer it received in the step
+    // (c - 1), its own and the dK/dV it passes on (measured: grows with c); Ulysses the packed
+    // send and receive copies of q, k, v and the output.
     int64_t cp_transient = 0;
     if (d.cp() > 1) {
       const int64_t T = config.training.local_batch_size * seq / d.cp();
@@ -108,7 +109,7 @@ Plan make_plan(const config::TrainConfig& config, const config::ResolvedConfig& 
                                                  : std::max<int64_t>(1, a.num_key_value_heads / d.tp()) * a.head_dim;
       const int64_t v = a.multi_latent_attention ? H * a.v_head_dim : k;
       const int64_t q = a.multi_latent_attention ? k : H * a.head_dim;
-      cp_transient = config.parallelism.context_parallel_method == "colossal" ? 3 * T * (k + v) * act
+      cp_transient = config.parallelism.context_parallel_method == "colossal" ? (d.cp() + 1) * T * (k + v) * act
                                                                               : 2 * T * (q + k + v + q) * act;
     }
     for (int64_t l : device_layers) {

@@ -66,6 +66,9 @@ std::vector<HeldParameter> held_parameters(const config::TrainConfig& config, co
     h.expert = p->placement.on("ep") != nullptr;
     h.muon = muon && p->trainable && optim::uses_newton_schulz(*muon, name, p->global_shape);
     h.unit = unit_of(name);
+    // As the trainer sets FsdpOptions::compute_dtype (bf16/f16 compute) and fsdp_unit.cpp applies it.
+    const bool mixed = args.compute_dtype == DType::bf16 || args.compute_dtype == DType::f16;
+    h.gather_dtype = mixed && p->dtype == DType::f32 && p->multiplied_in_compute_dtype ? args.compute_dtype : p->dtype;
     out.push_back(std::move(h));
   }
   return out;
@@ -92,7 +95,7 @@ StateBytes state_bytes(const std::vector<HeldParameter>& params, const dist::Par
   const int fsdp_n = dims.fsdp(), efsdp_n = dims.efsdp();
   const int fsdp_k = s.fsdp ? index_in("fsdp") : 0, efsdp_k = s.fsdp ? index_in("efsdp") : 0;
 
-  std::map<std::tuple<std::string, std::string, DType>, size_t> bucket_of;
+  std::map<std::tuple<std::string, std::string, DType, DType>, size_t> bucket_of;
   for (const HeldParameter& p : params) {
     const int64_t es = static_cast<int64_t>(dtype_size(p.dtype));
     const int64_t rows = p.local.ndim() ? p.local[0] : 1;
@@ -103,9 +106,9 @@ StateBytes state_bytes(const std::vector<HeldParameter>& params, const dist::Par
       const int64_t c = (rows + n - 1) / n;
       const int64_t begin = std::min<int64_t>(rows, k * c);
       own = (std::min<int64_t>(rows, begin + c) - begin) * row_numel;
-      const auto key = std::make_tuple(p.unit, std::string(p.expert ? "efsdp" : "fsdp"), p.dtype);
+      const auto key = std::make_tuple(p.unit, std::string(p.expert ? "efsdp" : "fsdp"), p.dtype, p.gather_dtype);
       auto [it, fresh] = bucket_of.emplace(key, s.buckets.size());
-      if (fresh) s.buckets.push_back({p.unit, std::get<1>(key), n, p.dtype, 0, 0, false});
+      if (fresh) s.buckets.push_back({p.unit, std::get<1>(key), n, p.dtype, p.gather_dtype, 0, 0, false});
       StateBytes::Bucket& b = s.buckets[it->second];
       b.shard_elements += c * row_numel;
       b.full_elements += rows * row_numel;
@@ -126,7 +129,7 @@ StateBytes state_bytes(const std::vector<HeldParameter>& params, const dist::Par
   for (const StateBytes::Bucket& b : s.buckets) {
     s.parameter_bytes += b.shard_elements * static_cast<int64_t>(dtype_size(b.dtype));
     s.gradient_bytes += b.shard_elements * 4;
-    unit_full[b.unit] += b.full_elements * (static_cast<int64_t>(dtype_size(b.dtype)) + (b.trainable ? 4 : 0));
+    unit_full[b.unit] += b.full_elements * (static_cast<int64_t>(dtype_size(b.gather_dtype)) + (b.trainable ? 4 : 0));
   }
   int64_t root = 0, largest = 0, all = 0;
   for (const auto& [unit, bytes] : unit_full) {

@@ -10,7 +10,9 @@
 //
 //   units      every decoder.layers.{i} and mtp.layers.{k} is a unit; the rest of the stage
 //              (embedding, final norm, head) is the root unit
-//   buckets    one per (unit, parameter dtype, shard group): dense parameters shard over "fsdp"
+//   buckets    one per (unit, parameter dtype, gather dtype, shard group): under bf16/f16 compute
+//              the fp32 weights the model multiplies in compute_dtype gather in it (half the
+//              bytes); dense parameters shard over "fsdp"
 //              (dp_shard·cp ranks), routed experts placed on "ep" over "efsdp"
 //   rows       a local tensor of R rows shards along dim 0 in blocks of c = ceil(R / n) rows;
 //              shard rank k keeps rows [k·c, min(R, (k+1)·c)); the bucket's flat shard holds
@@ -49,6 +51,9 @@ struct HeldParameter {
   bool trainable = true;
   bool expert = false;  // placed on "ep": FSDP shards it over "efsdp"
   bool muon = false;    // stepped by Muon's orthogonalised update (else AdamW's)
+  // What FSDP all-gathers it in: compute_dtype for an fp32 parameter the model only uses cast
+  // (Parameter::multiplied_in_compute_dtype) under bf16/f16 compute, else its own dtype.
+  DType gather_dtype = DType::f32;
   std::string unit;     // FSDP unit ("decoder.layers.5", "mtp.layers.0"); "" = the root unit
 };
 
@@ -70,6 +75,7 @@ struct StateBytes {
     std::string group;  // "fsdp" or "efsdp"
     int group_size = 1;
     DType dtype = DType::f32;
+    DType gather_dtype = DType::f32;  // of its all-gather and full buffer (dist/fsdp.h compute_dtype)
     int64_t shard_elements = 0;  // Σ c·row_numel
     int64_t full_elements = 0;   // Σ R·row_numel
     bool trainable = false;

@@ -51,7 +51,7 @@ std::map<std::string, int64_t> bytes_sent_per_step(const config::TrainConfig& co
 
   // FSDP.
   for (const StateBytes::Bucket& b : state.buckets) {
-    const int64_t es = static_cast<int64_t>(dtype_size(b.dtype));
+    const int64_t es = static_cast<int64_t>(dtype_size(b.gather_dtype));
     const bool root = b.unit.empty();
     const int64_t gathers = root ? 1 : pipelined ? (reshard ? 2 * M : 1) : M * (reshard ? 2 : 1);
     const int64_t reduces = root || pipelined ? 1 : M;
