@@ -21,12 +21,14 @@
 namespace {
 
 const char* kUsage =
-    "usage: loom train --config FILE [--set key=value ...] [--output DIR] [--threads N]\n"
+    "usage: loom train --config FILE [--set key=value ...] [--output DIR] [--threads N] [--rank-report[=STEP]]\n"
     "  --config FILE    the training YAML (see docs/configuration.md)\n"
     "  --set k=v        override a field before validation, e.g. --set training.steps=20\n"
     "  --output DIR     run directory (config.yaml, train.log, metrics.jsonl, checkpoints);\n"
     "                   default runs/<config name>-<date>-<time>\n"
-    "  --threads N      compute threads (default: LOOM_NUM_THREADS, else every core)\n";
+    "  --threads N      compute threads (default: LOOM_NUM_THREADS, else every core)\n"
+    "  --rank-report[=STEP]  write what each rank held and sent during step STEP (default: the\n"
+    "                   last) to DIR/rank_report/rank-<r>.json, as `loom plan --json` names it\n";
 
 std::string default_run_dir(const std::string& config_path) {
   char stamp[32];
@@ -49,6 +51,7 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
   std::string config_path, output;
   std::vector<std::string> overrides;
   int threads = 0;
+  int64_t rank_report_step = -1;
   loom::app::ArgCursor cursor(args, kUsage);
   auto value = [&] { return cursor.value(); };
   while (!cursor.done()) {
@@ -62,6 +65,16 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
       overrides.push_back(value());
     } else if (a == "--output") {
       output = value();
+    } else if (a == "--rank-report") {
+      rank_report_step = 0;
+    } else if (a.rfind("--rank-report=", 0) == 0) {
+      const std::string v = a.substr(std::string("--rank-report=").size());
+      int step = 0;
+      if (!loom::app::parse_positive(v, &step)) {
+        std::fprintf(stderr, "error: --rank-report=%s: STEP must be a positive step number\n", v.c_str());
+        return 2;
+      }
+      rank_report_step = step;
     } else if (a == "--threads") {
       const std::string v = value();
       if (!loom::app::parse_positive(v, &threads)) {
@@ -106,6 +119,12 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
   // A valid file may still lack what a run needs (a model size, the data path): say so before a
   // run directory is made.
   loaded.resolved->require_runnable();
+  if (rank_report_step > loaded.config.training.steps) {
+    std::fprintf(stderr, "error: --rank-report=%lld is beyond training.steps = %lld: no step would be reported; pass a "
+                 "step of this run or --rank-report for the last\n", static_cast<long long>(rank_report_step),
+                 static_cast<long long>(loaded.config.training.steps));
+    return 2;
+  }
 
   // Every rank writes its checkpoint shards under the run directory: rank 0's choice for all.
   std::string run_dir = output.empty() ? default_run_dir(config_path) : output;
@@ -122,6 +141,7 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
   options.rank = rt.rank();
   options.world_size = rt.world_size();
   options.world = rt.world();
+  options.rank_report_step = rank_report_step;
   loom::train::Trainer trainer(std::move(loaded), loom::train::build_causal_lm, options);
   loom::train::TrainSummary s = trainer.train();
   char line[512];

@@ -408,8 +408,8 @@ void apply_context_parallel(nn::Module& model, DeviceMesh& mesh, const ContextPa
     std::vector<int> row_members, column_members;
     for (int a = 0; a < u; ++a) row_members.push_back(rank / u * u + a);
     for (int b = 0; b < c / u; ++b) column_members.push_back(b * u + rank % u);
-    row = Group(cp->split("cp_ulysses", row_members));
-    column = Group(cp->split("cp_ring", column_members));
+    row = Group(cp->split_subgroup("cp_ulysses", row_members));
+    column = Group(cp->split_subgroup("cp_ring", column_members));
   }
 
   // Core attention: the ring, Ulysses or both, with the module's scale; its QK-clip maxima are

@@ -93,6 +93,21 @@ CommStats DeviceMesh::total_stats() const {
   return total;
 }
 
+std::map<std::string, CommStats> DeviceMesh::stats_by_group() const {
+  std::map<std::string, CommStats> out;
+  for (const auto& [axis, g] : groups_) {
+    if (out.count(g->axis())) continue;  // an axis sharing another's communicator
+    CommStats s = g->stats();
+    const CommStats sub = g->subgroup_stats();
+    s.bytes_sent += sub.bytes_sent;
+    s.bytes_received += sub.bytes_received;
+    s.num_collectives += sub.num_collectives;
+    s.seconds += sub.seconds;
+    out[g->axis()] = s;
+  }
+  return out;
+}
+
 void DeviceMesh::reset_stats() {
   for (auto& [axis, g] : groups_) g->reset_stats();
 }

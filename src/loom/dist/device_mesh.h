@@ -50,6 +50,10 @@ class DeviceMesh {
   // Bytes this process sent over every axis group since reset_stats().
   CommStats total_stats() const;
   void reset_stats();
+  // The same traffic per communicator, keyed by its name (ProcessGroup::axis()): an axis whose
+  // group is the whole world shares the world's communicator and is counted under "world"
+  // (group(axis).axis() says which). Each includes its strategies' sub-groups (split_subgroup).
+  std::map<std::string, CommStats> stats_by_group() const;
 
  private:
   DeviceMesh() = default;

@@ -59,7 +59,7 @@ std::shared_ptr<PipelineStage> apply_pipeline(nn::Module& model, DeviceMesh& mes
   if (p > 1 && lm->head_uses_embedding()) {
     const bool holds_end = embedding || head;
     std::vector<int> members = holds_end ? std::vector<int>{0, p - 1} : std::vector<int>{stage->pp_rank_};
-    std::shared_ptr<ProcessGroup> group(mesh.group("pp").split("pp_shared_embedding", members));
+    std::shared_ptr<ProcessGroup> group(mesh.group("pp").split_subgroup("pp_shared_embedding", members));
     if (holds_end) {
       stage->shared_group_ = std::move(group);
       nn::Parameter* weight = model.find_parameter(kSharedEmbedding);

@@ -115,15 +115,38 @@ CommStats ProcessGroup::stats() const {
   return stats_;
 }
 
+CommStats ProcessGroup::subgroup_stats() const {
+  std::lock_guard<std::mutex> lock(subgroup_cell_->mutex);
+  return subgroup_cell_->stats;
+}
+
 void ProcessGroup::reset_stats() {
-  std::lock_guard<std::mutex> lock(stats_mutex_);
-  stats_ = {};
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    stats_ = {};
+  }
+  std::lock_guard<std::mutex> lock(subgroup_cell_->mutex);
+  subgroup_cell_->stats = {};
+}
+
+std::unique_ptr<ProcessGroup> ProcessGroup::split_subgroup(std::string axis, const std::vector<int>& members) {
+  std::unique_ptr<ProcessGroup> child = split(std::move(axis), members);
+  child->subgroup_sinks_ = subgroup_sinks_;
+  child->subgroup_sinks_.push_back(subgroup_cell_);
+  return child;
 }
 
 void ProcessGroup::count_traffic(int64_t bytes_sent, int64_t bytes_received) {
-  std::lock_guard<std::mutex> lock(stats_mutex_);
-  stats_.bytes_sent += bytes_sent;
-  stats_.bytes_received += bytes_received;
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    stats_.bytes_sent += bytes_sent;
+    stats_.bytes_received += bytes_received;
+  }
+  for (const auto& cell : subgroup_sinks_) {
+    std::lock_guard<std::mutex> lock(cell->mutex);
+    cell->stats.bytes_sent += bytes_sent;
+    cell->stats.bytes_received += bytes_received;
+  }
 }
 
 void ProcessGroup::finish_async_ops() {

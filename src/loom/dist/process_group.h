@@ -72,6 +72,10 @@ class ProcessGroup {
   // World ranks of the members, in group-rank order.
   const std::vector<int>& members() const { return members_; }
   CommStats stats() const;
+  // The traffic of the sub-groups cut from this one by split_subgroup (a strategy's own groups,
+  // e.g. tp_kv inside tp): it travels over this axis, so a per-axis count must include it.
+  CommStats subgroup_stats() const;
+  // Clears stats() and subgroup_stats().
   void reset_stats();
 
   // ---- Typed front-ends ------------------------------------------------------------------
@@ -126,6 +130,10 @@ class ProcessGroup {
   // passes the members of *its* sub-group as ranks of this group, in the sub-group's rank order.
   // Ranks not in `members` of anybody's list cannot exist: every rank belongs to one sub-group.
   virtual std::unique_ptr<ProcessGroup> split(std::string axis, const std::vector<int>& members) = 0;
+  // split() for a strategy's helper group inside this axis: whatever it sends is also counted in
+  // this group's subgroup_stats() (and so in its ancestors' that were cut the same way). The mesh
+  // axes themselves use split(): each is counted apart.
+  std::unique_ptr<ProcessGroup> split_subgroup(std::string axis, const std::vector<int>& members);
 
   // Contiguous tensors of a supported dtype (any shape; counted by numel).
   void all_reduce(const Tensor& data, ReduceOp op = ReduceOp::sum);
@@ -264,6 +272,14 @@ class ProcessGroup {
   std::vector<int> members_;
   mutable std::mutex stats_mutex_;
   CommStats stats_;
+  // Shared with the sub-groups split_subgroup made (which may outlive this group): they add their
+  // bytes to it, and to the cells of this group's own parents (subgroup_sinks_).
+  struct StatsCell {
+    std::mutex mutex;
+    CommStats stats;
+  };
+  std::shared_ptr<StatsCell> subgroup_cell_ = std::make_shared<StatsCell>();
+  std::vector<std::shared_ptr<StatsCell>> subgroup_sinks_;
   std::unique_ptr<CommThread> comm_thread_;  // started by the first asynchronous op
 };
 

@@ -202,7 +202,7 @@ Group kv_sharing_group(const nn::TransformerConfig& c, const Group& tp) {
   const int copies = t / static_cast<int>(G), first = tp->rank() / copies * copies;
   std::vector<int> members;
   for (int i = 0; i < copies; ++i) members.push_back(first + i);
-  return Group(tp->split("tp_kv", members));
+  return Group(tp->split_subgroup("tp_kv", members));
 }
 
 }  // namespace

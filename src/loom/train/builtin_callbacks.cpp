@@ -5,6 +5,7 @@
 #include "loom/core/log.h"
 #include "loom/optim/grad_norm.h"
 #include "loom/optim/param_groups.h"
+#include "loom/train/rank_report.h"
 #include "loom/train/trainer.h"
 
 namespace loom::train {
@@ -102,6 +103,8 @@ class TokensPerExpertLogger : public Callback {
 
 std::vector<std::unique_ptr<Callback>> make_builtin_callbacks(Trainer& trainer) {
   std::vector<std::unique_ptr<Callback>> out;
+  // First: its counters must see the step's traffic only, not a checkpoint's.
+  if (trainer.options().rank_report_step >= 0) out.push_back(make_rank_report_callback(trainer.options().rank_report_step));
   out.push_back(std::make_unique<MonitorCallback>());
   out.push_back(std::make_unique<LossCallback>(1));
   if (trainer.config().checkpoint.enable_save) out.push_back(std::make_unique<CheckpointCallback>());

@@ -14,7 +14,8 @@ namespace loom::train {
 
 class Trainer;
 
-// Monitor (metrics.jsonl, TensorBoard, moe_monitor), loss log line, checkpoint saving.
+// The rank report when asked for (rank_report.h), monitor (metrics.jsonl, TensorBoard,
+// moe_monitor), loss log line, checkpoint saving.
 std::vector<std::unique_ptr<Callback>> make_builtin_callbacks(Trainer& trainer);
 
 // The `callbacks:` entries built from the registry (built-in types registered first); ConfigError

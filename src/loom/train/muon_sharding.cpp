@@ -269,7 +269,7 @@ void PlacementMuonSharding::make_groups(const std::vector<std::vector<std::strin
     for (const std::string& key : split(s, ',')) keys.insert(key);
   for (const std::string& key : keys) {
     const std::vector<int> ranks = holder_ranks(mesh_->dims(), split(key, '+'), mesh_->rank());
-    groups_[key] = std::shared_ptr<dist::ProcessGroup>(mesh_->world().split("muon:" + key, ranks));
+    groups_[key] = std::shared_ptr<dist::ProcessGroup>(mesh_->world().split_subgroup("muon:" + key, ranks));
   }
 }
 

@@ -45,6 +45,9 @@ struct TrainerOptions {
   std::shared_ptr<dist::ProcessGroup> world;
   bool install_signal_handlers = true;
   bool quiet = false;    // no per-step log lines (tests)
+  // Write what each rank held and sent during one step to <run_dir>/rank_report/rank-<r>.json
+  // (rank_report.h): -1 never, 0 the run's last step, else that global step.
+  int64_t rank_report_step = -1;
 };
 
 struct TrainState {

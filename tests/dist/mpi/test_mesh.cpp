@@ -78,5 +78,35 @@ TEST(Mesh, TensorAndPipelineAxesWhenFourRanks) {
   check_mesh(e);
 }
 
+TEST(Mesh, StatsByGroupCountsAStrategysSubgroupUnderItsAxis) {
+  auto world = Runtime::get()->world();
+  if (world->size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
+  ParallelDegrees d;
+  d.tensor_parallel = 2;
+  DeviceMesh mesh(world, ParallelDims::infer(world->size(), d));
+  ProcessGroup& tp = mesh.group("tp");
+  // At 2 ranks tp is the whole world and shares its communicator.
+  const std::string tp_group = world->size() == 2 ? "world" : "tp";
+  EXPECT_EQ(tp.axis(), tp_group);
+  std::unique_ptr<ProcessGroup> helper = tp.split_subgroup("tp_helper", {0, 1});
+  std::unique_ptr<ProcessGroup> apart = tp.split("tp_apart", {0, 1});
+  mesh.reset_stats();
+  std::vector<float> x(100, 1.0f);
+  helper->all_reduce(std::span<float>(x));
+  apart->all_reduce(std::span<float>(x));  // a plain split is its own communicator: not counted
+  const int64_t sent = helper->stats().bytes_sent;
+  EXPECT_GT(sent, 0);
+  EXPECT_EQ(apart->stats().bytes_sent, sent);
+  EXPECT_EQ(tp.stats().bytes_sent, 0);
+  EXPECT_EQ(tp.subgroup_stats().bytes_sent, sent);
+  const auto by_group = mesh.stats_by_group();
+  ASSERT_TRUE(by_group.count(tp_group));
+  EXPECT_EQ(by_group.at(tp_group).bytes_sent, sent);
+  EXPECT_EQ(by_group.count("tp_helper"), 0u);
+  if (tp_group != "world") EXPECT_EQ(by_group.at("world").bytes_sent, 0);
+  mesh.reset_stats();
+  EXPECT_EQ(mesh.stats_by_group().at(tp_group).bytes_sent, 0);
+}
+
 }  // namespace
 }  // namespace loom::dist
