@@ -91,3 +91,12 @@ TEST(Hardware, ThisMachinesPeakMatchesTheDerivationOfItsOwnFacts) {
     EXPECT_GT(p.gflops, 0);
   }
 }
+
+TEST(Hardware, ThisMachinesClockIsAPlausibleOne) {
+  // Timed (or read from cpufreq): a miscounted chain would put it far outside what any x86-64
+  // core runs at.
+  const CpuClock c = cpu_clock();
+  EXPECT_GT(c.mhz, 500) << c.source;
+  EXPECT_LT(c.mhz, 7000) << c.source;
+  EXPECT_FALSE(c.source.empty());
+}

@@ -8,6 +8,7 @@
 #include "loom/config/memory_estimate.h"
 #include "loom/core/error.h"
 #include "loom/kernels/cpu/cpu_isa.h"
+#include "loom/train/hardware.h"
 
 namespace loom::plan {
 
@@ -29,25 +30,24 @@ DeviceProfile hopper(const std::string& name, int64_t memory_bytes, double bandw
 DeviceProfile cpu_profile() {
   namespace k = kernels::cpu;
   const k::MatrixDispatch& m = k::matrix_dispatch();
-  const double fp32_per_cycle = m.features.avx512_core ? 64 : m.features.avx2_fma ? 32 : 8;
-  const double bf16_per_cycle = m.path == k::MatrixPath::amx_bf16      ? 16 * fp32_per_cycle
-                                : m.path == k::MatrixPath::avx512_bf16 ? 2 * fp32_per_cycle
-                                                                       : fp32_per_cycle;
-  const double clock = 3.0e9;
+  // One rank per core, each at the peak the trainer's MFU uses (train/hardware.h: the unit the
+  // products run on, from the CPU's flags and clock), so a plan and a run share one peak.
+  const train::PeakFlops fp32 = train::peak_flops(1, DType::f32), bf16 = train::peak_flops(1, DType::bf16);
   DeviceProfile d;
   d.name = "cpu";
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   d.devices_per_node = static_cast<int>(cores);
-  // One rank per core: each gets its share of the host.
+  // Each rank gets its share of the host.
   const auto host = config::host_memory();
   d.memory_bytes = host ? host->bytes / static_cast<int64_t>(cores) : int64_t{4} << 30;
-  d.matrix_flops = {{"float32", fp32_per_cycle * clock}, {"bfloat16", bf16_per_cycle * clock},
-                    {"float16", fp32_per_cycle * clock}};
+  d.matrix_flops = {{"float32", fp32.gflops * 1e9}, {"bfloat16", bf16.gflops * 1e9},
+                    {"float16", train::peak_flops(1, DType::f16).gflops * 1e9}};
   d.memory_bandwidth = 20e9;
   d.intra_node_bandwidth = 20e9;
   d.inter_node_bandwidth = 1.25e9;
   d.source = std::string("this CPU (") + k::matrix_path_name(m.path) + " matrix path, " + std::to_string(cores) +
-             " cores at an assumed 3.0 GHz; memory and links are documented defaults)";
+             " cores; per core " + fp32.description + " and " + bf16.description +
+             "; memory and links are documented defaults)";
   return d;
 }
 

@@ -13,9 +13,10 @@
 // Assumed, because no flag says it: two FMA pipes per core (some Xeon Silver/Gold parts have one
 // 512-bit FMA unit, Zen 5 laptops split 512-bit FMA in two: their MFU reads low), and that the
 // threads used are physical cores (hyperthreads of one core share its pipes). The clock is
-// cpufreq's cpuinfo_max_freq where the kernel exposes it, else /proc/cpuinfo's "cpu MHz" (a
-// snapshot of the current clock, which is what VMs show), else 2 GHz, and the description says
-// which. LOOM_PEAK_GFLOPS (total for the process) overrides all of it.
+// cpufreq's cpuinfo_max_freq where the kernel exposes it, else timed at start-up (a chain of
+// dependent adds, one per cycle: the clock the cores really run at, boost included, where a VM's
+// /proc/cpuinfo shows the host's nominal one and MFU would read above 100%), else /proc/cpuinfo's
+// "cpu MHz", else 2 GHz, and the description says which. LOOM_PEAK_GFLOPS (total for the process) overrides all of it.
 #pragma once
 
 #include <string>
@@ -36,7 +37,7 @@ PeakUnit peak_unit(DType compute_dtype, kernels::cpu::MatrixPath path);
 // What the peak is derived from.
 struct CpuClock {
   double mhz = 0;      // <= 0: unknown
-  std::string source;  // "cpufreq cpuinfo_max_freq", "/proc/cpuinfo cpu MHz"
+  std::string source;  // "cpufreq cpuinfo_max_freq", "timed (dependent-add chain)", "/proc/cpuinfo cpu MHz"
 };
 struct CpuIdentity {
   std::string vendor;  // /proc/cpuinfo vendor_id: "AuthenticAMD", "GenuineIntel"
