@@ -40,7 +40,6 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -750,15 +749,22 @@ def main():
                                        "deredundancy", "pipeline"], required=True)
     ap.add_argument("--keep", default="")
     args = ap.parse_args()
-    work = args.keep or tempfile.mkdtemp(prefix="loom-parity-")
+    cases = {"curves": curves, "resume": resume, "launch": launch, "moe": moe, "tensor": tensor, "muon": muon,
+             "context": context, "expert": expert, "deredundancy": deredundancy, "pipeline": pipeline}
+    in_work_dir(args.keep, "loom-parity-", lambda work: cases[args.case](args, work))
+
+
+def in_work_dir(keep, prefix, body):
+    """Runs body(work) in a fresh directory holding the test data (or in `keep`, left behind),
+    prints PASS when it returns, and removes the directory whatever happens."""
+    work = keep or tempfile.mkdtemp(prefix=prefix)
     os.makedirs(work, exist_ok=True)
     try:
         write_data(os.path.join(work, "data"))
-        {"curves": curves, "resume": resume, "launch": launch, "moe": moe, "tensor": tensor, "muon": muon,
-         "context": context, "expert": expert, "deredundancy": deredundancy, "pipeline": pipeline}[args.case](args, work)
+        body(work)
         print("PASS")
     finally:
-        if not args.keep:
+        if not keep:
             shutil.rmtree(work, ignore_errors=True)
 
 

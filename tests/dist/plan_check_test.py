@@ -36,10 +36,8 @@ import argparse
 import copy
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -259,15 +257,7 @@ def main():
     ap.add_argument("--case", choices=sorted(CASES), required=True)
     ap.add_argument("--keep", default="")
     args = ap.parse_args()
-    work = args.keep or tempfile.mkdtemp(prefix="loom-plan-check-")
-    os.makedirs(work, exist_ok=True)
-    try:
-        parity.write_data(os.path.join(work, "data"))
-        run_case(args, work, args.case)
-        print("PASS")
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
+    parity.in_work_dir(args.keep, "loom-plan-check-", lambda work: run_case(args, work, args.case))
 
 
 if __name__ == "__main__":
