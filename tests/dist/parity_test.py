@@ -9,7 +9,8 @@ layout; runs go through mpirun exactly as users start them.
            bf16 compute (matmul weights all-gathered in bf16): FSDP 4 bit for bit, HSDP 2x2 and FSDP 2
            within 2e-3 (bf16 rounding of weights that differ in the last fp32 bit).
   resume   a checkpoint saved at step 10 by one layout, resumed by others (1 -> 4, 4 -> 2, 4 -> 1):
-           steps 11..20 follow the uninterrupted one-process curve within 1e-5.
+           steps 11..20 follow the uninterrupted one-process curve within 1e-5; under bf16 compute
+           (bf16 gathers) FSDP 4 -> 1 follows the one-process bf16 curve bit for bit.
   moe      DeepSeek-V3 style MoE + MLA + MTP with the expert-bias update: 1 process vs FSDP 2 and 4.
   muon     the same model trained by Muon, with comm_strategy allgather and allgather_deredundency:
            FSDP 4 with QK-clip firing every step reproduces the one-process curve bit for bit; FSDP 2,
@@ -340,6 +341,16 @@ def resume(args, work):
     for world in (2, 1):
         got, _ = run(args, work, "resume_4_to_%d" % world, world, load_path=os.path.join(four_dir, "checkpoints", "iteration_00000010"))
         compare("saved by 4, resumed by %d" % world, got, ref, 1e-5, first=11)
+    # bf16 compute, where FSDP gathers the matmul weights in bf16: the checkpoint still holds the
+    # fp32 masters, so FSDP 4 -> one process continues the one-process bf16 curve bit for bit.
+    def bf16(text):
+        return text.replace("compute_dtype: float32", "compute_dtype: bfloat16")
+    ref16, _ = run(args, work, "one_process_bf16_ref", 1, edit_config=bf16)
+    four16, four16_dir = run(args, work, "fsdp4_bf16_saving", 4, save=True, edit_config=bf16)
+    compare("fsdp4 bf16 (saving)", four16, ref16, 0.0)
+    got, _ = run(args, work, "resume_4_to_1_bf16", 1, edit_config=bf16,
+                 load_path=os.path.join(four16_dir, "checkpoints", "iteration_00000010"))
+    compare("bf16: saved by fsdp 4, resumed by 1", got, ref16, 0.0, first=11)
 
 
 # Tensor parallelism (dist/tensor_parallel.h): sizes that tp 2 and 4 divide; 2 KV heads, so at tp 4
