@@ -12,12 +12,10 @@ source bench/cpu_header.sh
 print_cpu_header "one process"
 L=build/apps/loom/loom
 for n in $SIZES; do
-  # Llama 3 405B with the layers placed automatically (pipeline degrees dividing 126).
+  # Llama 3 405B (its stage list holds for pp 16; other degrees place the layers automatically).
   $L plan --config configs/plan/llama3_405b_8k.yaml --world-size "$n" --sweep --device h100 \
-    --set parallelism.pipeline_parallel=1 --set parallelism.pipeline_parallel_layers_per_stage=auto \
     --set training.global_batch_size="$n" 2>&1 >/dev/null | sed "s/^/llama3-405b N=$n: /"
   # DeepSeek-V3 (61 layers: pipeline degrees 1 and 61), every expert-parallel degree of 256 experts.
   $L plan --config configs/plan/deepseek_v3_671b.yaml --world-size "$n" --sweep --device configs/plan/h800.yaml \
-    --set parallelism.pipeline_parallel=1 --set parallelism.pipeline_parallel_layers_per_stage=auto \
-    --set parallelism.expert_parallel=1 --set training.global_batch_size="$n" 2>&1 >/dev/null | sed "s/^/deepseek-v3 N=$n: /"
+    --set training.global_batch_size="$n" 2>&1 >/dev/null | sed "s/^/deepseek-v3 N=$n: /"
 done

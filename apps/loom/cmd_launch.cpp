@@ -91,6 +91,11 @@ int run_launch(const std::vector<std::string>& args) {
       }
     } else if (a == "--hostfile") {
       hostfile = value();
+      if (access(hostfile.c_str(), R_OK) != 0) {
+        std::fprintf(stderr, "error: --hostfile %s: %s; give a readable file with one host per line "
+                     "(\"node1 slots=8\"; docs/distributed.md, \"Several hosts\")\n", hostfile.c_str(), std::strerror(errno));
+        return 2;
+      }
     } else if (a == "--mca") {
       const std::string key = value();
       if (key.empty() || key[0] == '-' || key.find_first_of(" =\t") != std::string::npos) {

@@ -700,9 +700,17 @@ def launch(args, work):
     print("  loom launch --dry-run: " + dry.stdout.strip())
     # --mca replaces loom's own value for its key; over several hosts (a hostfile, a Slurm allocation
     # of several nodes) TCP is no longer pinned to loopback. tests/dist/multihost runs such a launch.
+    hosts = os.path.join(work, "hosts")
+    with open(hosts, "w") as f:
+        f.write("node1 slots=2\nnode2 slots=2\n")
+    missing = subprocess.run([args.loom, "launch", "-n", "4", "--dry-run", "--hostfile", hosts + ".missing", "--",
+                              "train"], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+    if missing.returncode != 2 or "--hostfile " + hosts + ".missing" not in missing.stdout:
+        raise SystemExit("FAIL: loom launch with a missing hostfile printed %r (exit %d); expected an error naming "
+                         "--hostfile" % (missing.stdout, missing.returncode))
     for options, env, present, absent in (
             (["--mca", "btl", "tcp,self"], {}, ["--mca btl tcp,self "], ["self,vader,tcp"]),
-            (["--hostfile", "hosts"], {}, ["--hostfile hosts"], ["if_include lo"]),
+            (["--hostfile", hosts], {}, ["--hostfile " + hosts], ["if_include lo"]),
             ([], {"SLURM_JOB_NUM_NODES": "2"}, [], ["if_include lo"]),
             ([], {"SLURM_JOB_NUM_NODES": "1"}, ["btl_tcp_if_include lo", "oob_tcp_if_include lo"], [])):
         dry = subprocess.run([args.loom, "launch", "-n", "4", "--dry-run"] + options + ["--", "train"],

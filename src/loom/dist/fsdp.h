@@ -131,16 +131,16 @@ class FullyShardedModel {
   std::vector<std::shared_ptr<FsdpUnit>> units_;  // root last
 };
 
-// Shards `model`'s parameters over mesh's "fsdp" group (replicated over "dp_replicate") and
-// installs the forward wrappers and grad hooks. Apply it last, after tensor/context/expert/
-// pipeline parallelism and the memory policy (recompute/swap). The model may be on the meta
-// device (then call materialize) or materialised (its values are kept, as shards).
 // The mixed-precision rule of FsdpOptions::compute_dtype, in one place for FSDP, the trainer and
 // the planner: a model computing in bf16 or f16 gathers in it (nullopt for fp32/f64 compute), and
 // a parameter gathers in it when it is fp32 and the model only uses it cast there.
 std::optional<DType> mixed_precision_compute_dtype(DType model_compute_dtype);
 DType fsdp_gather_dtype(const nn::Parameter& param, std::optional<DType> compute_dtype);
 
+// Shards `model`'s parameters over mesh's "fsdp" group (replicated over "dp_replicate") and
+// installs the forward wrappers and grad hooks. Apply it last, after tensor/context/expert/
+// pipeline parallelism and the memory policy (recompute/swap). The model may be on the meta
+// device (then call materialize) or materialised (its values are kept, as shards).
 std::shared_ptr<FullyShardedModel> apply_fsdp(nn::Module& model, std::shared_ptr<DeviceMesh> mesh,
                                               const FsdpOptions& options = {});
 

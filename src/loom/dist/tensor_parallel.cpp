@@ -12,6 +12,7 @@
 #include "loom/ops/linear.h"
 #include "loom/ops/loss.h"
 #include "loom/ops/shape.h"
+#include "loom/ops/weight_cast.h"
 
 namespace loom::dist {
 
@@ -107,13 +108,12 @@ void row_parallel(nn::Linear& l, IndexRange columns, const Group& tp) {
   // Innermost wrapper: it replaces the Linear's body (which would add the bias t times).
   l.add_forward_wrapper([lin, tp](const nn::TensorFn&, const std::vector<Tensor>& in) {
     const Tensor& x = in[0];
-    Tensor w = lin->weight().tensor;
-    if (w.dtype() != x.dtype()) w = ops::cast(w, x.dtype());
+    Tensor w = ops::cast_weight(lin->weight().tensor, x.dtype());  // once per step, as Linear does
     Tensor y = lin->call_operation("reduce_scatter", {ops::linear(x, w)}, [tp](const std::vector<Tensor>& p) {
       return std::vector<Tensor>{reduce_scatter(p[0], tp, kSeqDim)};
     })[0];
     if (nn::Parameter* b = lin->bias()) {
-      Tensor bias = b->tensor.dtype() != y.dtype() ? ops::cast(b->tensor, y.dtype()) : b->tensor;
+      Tensor bias = ops::cast_weight(b->tensor, y.dtype());
       y = ops::add(y, bias);
     }
     return std::vector<Tensor>{y};

@@ -78,15 +78,29 @@ DeviceProfile profile_file(const std::string& path) {
     return v;
   };
   DeviceProfile d;
-  d.name = root["name"] ? root["name"].as<std::string>() : std::filesystem::path(path).stem().string();
-  d.devices_per_node = static_cast<int>(number(root, "devices_per_node", ""));
+  if (const YAML::Node name = root["name"]) {
+    LOOM_CHECK(name.IsScalar(), ConfigError, "device profile ", path, ":", name.Mark().line + 1,
+               ": name must be a string, e.g. name: h800");
+    d.name = name.Scalar();
+  } else {
+    d.name = std::filesystem::path(path).stem().string();
+  }
+  const double per_node = number(root, "devices_per_node", "");
+  LOOM_CHECK(per_node == static_cast<double>(static_cast<int>(per_node)) && per_node <= 1 << 20, ConfigError,
+             "device profile ", path, ": devices_per_node must be a whole number of devices (1 or more), got ",
+             root["devices_per_node"].Scalar());
+  d.devices_per_node = static_cast<int>(per_node);
+  LOOM_CHECK(!(root["memory_gib"] && root["memory_bytes"]), ConfigError, "device profile ", path,
+             ": memory_gib and memory_bytes are both given; keep one");
   d.memory_bytes = root["memory_gib"] ? static_cast<int64_t>(number(root, "memory_gib", "") * (1 << 30))
                                       : static_cast<int64_t>(number(root, "memory_bytes", ""));
   const YAML::Node flops = root["matrix_flops"];
   LOOM_CHECK(flops && flops.IsMap(), ConfigError, "device profile ", path, ": matrix_flops is missing; give a "
              "mapping of dtype to FLOP/s, e.g. matrix_flops: {float32: 6.7e13, bfloat16: 9.89e14}");
   for (const auto& kv : flops) {
-    const std::string dtype = kv.first.as<std::string>();
+    LOOM_CHECK(kv.first.IsScalar(), ConfigError, "device profile ", path, ":", kv.first.Mark().line + 1,
+               ": matrix_flops keys must be dtype names (float32, bfloat16, float16)");
+    const std::string dtype = kv.first.Scalar();
     LOOM_CHECK(dtype == "float32" || dtype == "bfloat16" || dtype == "float16", ConfigError, "device profile ", path,
                ":", kv.first.Mark().line + 1, ": matrix_flops.", dtype, " is not a dtype; use float32, bfloat16 "
                "or float16");

@@ -42,16 +42,23 @@ SweepResult sweep(const config::TrainConfig& base, int world, const DeviceProfil
   int64_t layers = 0, experts = 0;
   {
     // The model's depth and experts bound v and ep; read once from a one-rank resolution.
+    // Whatever fails here fails every layout (the model, the sequence length, the profile's
+    // peak for compute_dtype): said once, instead of every candidate being dropped in silence.
     config::TrainConfig one = base;
     one.parallelism.data_parallel_shard = -1;
     one.parallelism.tensor_parallel = one.parallelism.context_parallel = one.parallelism.pipeline_parallel = 1;
     one.parallelism.expert_parallel = one.parallelism.pipeline_parallel_interleave_num = 1;
+    one.parallelism.pipeline_parallel_layers_per_stage = config::PipelineLayersPerStage{};
     config::Diagnostics diag(base.source, base.marks);
     auto r = config::resolve_config(one, 1, diag);
-    if (r && r->model) {
-      layers = r->model->num_layers;
-      experts = r->model->num_experts;
-    }
+    const std::vector<std::string> errors = diag.errors();
+    LOOM_CHECK(r && r->model && errors.empty(), ConfigError, "loom plan --sweep: the configuration does not resolve "
+               "even on one rank, so no layout can: ", errors.empty() ? std::string("the model is incomplete") : errors[0]);
+    layers = r->model->num_layers;
+    experts = r->model->num_experts;
+    PlanOptions options;
+    options.roles = false;
+    make_plan(one, *r, device, device_memory, options);
   }
   std::map<std::tuple<int, int, int, int, int>, std::vector<HeldParameter>> cache;
   std::set<std::pair<int, int>> unplaceable;  // (pp, v) whose layers cannot be placed
@@ -66,6 +73,10 @@ SweepResult sweep(const config::TrainConfig& base, int world, const DeviceProfil
     p.pipeline_parallel = c.pp;
     p.pipeline_parallel_interleave_num = c.v;
     p.expert_parallel = c.ep;
+    // A stage list belongs to the pipeline degree it was written for; other degrees place the
+    // layers automatically.
+    if (c.pp != base.parallelism.pipeline_parallel || c.v != base.parallelism.pipeline_parallel_interleave_num)
+      p.pipeline_parallel_layers_per_stage = config::PipelineLayersPerStage{};
     config::Diagnostics diag(cfg.source, cfg.marks);
     std::optional<config::ResolvedConfig> resolved;
     try {
