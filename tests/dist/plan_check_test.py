@@ -56,7 +56,7 @@ KNOWN_PEAK_GAPS = {
     "fsdp2xcp2": "ring attention's K/V blocks and their grads in flight",
     "cp4_ring": "ring attention's K/V blocks grow with cp",
     "cp2xtp2": "ring attention's K/V blocks under sequence parallelism",
-    "pp2_v2": "interleaved stage 0 holds one more chunk's micro-batch",
+    "pp2_v2": "interleaved stage 0 holds more than its schedule's live chunks: not yet explained",
     "pp2xcp2": "ring attention's blocks on each stage",
     "ep2xtp2": "MoE dispatch copies at the gathered sequence under tp",
     "cp2xep2": "MoE dispatch copies per cp rank",

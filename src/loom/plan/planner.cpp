@@ -6,6 +6,7 @@
 #include "loom/core/error.h"
 #include "loom/models/accounting.h"
 #include "loom/plan/traffic.h"
+#include "loom/train/pipeline_schedule.h"
 
 namespace loom::plan {
 
@@ -17,17 +18,20 @@ bool recomputed(const memory::RecomputeOptions& r, int64_t layer) {
 }
 
 // Micro-batches (chunk-sized pieces under interleaving) pipeline rank p holds at its peak, and
-// the fraction of the stage's activations each is.
+// the fraction of the stage's activations each is: counted off the schedule the trainer runs
+// (train/pipeline_schedule.h), the most chunks whose forward has run and whose backward has not.
 std::pair<int64_t, double> in_flight(const config::ResolvedConfig& r, int p) {
-  const int64_t M = r.layout.num_accumulation_steps;
   const auto& pipe = r.layout.pipeline;
   const int pp = r.layout.dims.pp();
   if (!pipe || pp <= 1) return {1, 1.0};
-  if (pipe->schedule == "gpipe") return {M, 1.0};
   const int v = pipe->interleave_num;
-  if (v <= 1) return {std::min<int64_t>(M, pp - p), 1.0};
-  const int64_t warmup = 2 * static_cast<int64_t>(pp - p - 1) + static_cast<int64_t>(v - 1) * pp + 1;
-  return {std::min<int64_t>(M * v, warmup), 1.0 / v};
+  const auto kind = pipe->schedule == "gpipe" ? train::PipelineScheduleKind::gpipe : train::PipelineScheduleKind::one_f_one_b;
+  int64_t live = 0, peak = 0;
+  for (const train::PipelineAction& a : train::pipeline_order(pp, p, v, r.layout.num_accumulation_steps, kind)) {
+    live += a.kind == train::PipelineAction::Kind::forward ? 1 : -1;
+    peak = std::max(peak, live);
+  }
+  return {peak, 1.0 / v};
 }
 
 bool crosses_nodes(const std::vector<int>& members, int per_node) {
