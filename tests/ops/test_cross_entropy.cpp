@@ -320,7 +320,7 @@ TEST(OpsCrossEntropy, Bf16LinearCrossEntropyMatchesFp32OnSameValues) {
   // On the fp32 path the head widens bf16 operands to fp32, so dweight is the fp32 one up to
   // summation order. On a bf16 matrix path its GEMM operands stay bf16 and the dlogits are rounded
   // to bf16 (2^-8 relative) before dweight's product: bf16 tolerance, as for dhidden.
-  const bool bf16_units = kernels::cpu::matrix_dispatch().path != kernels::cpu::MatrixPath::fp32;
+  const bool bf16_units = kernels::cpu::bf16_matrix_units();
   EXPECT_LT(max_rel_diff(wb.grad().to_double_vector(), w32.grad().to_double_vector()), bf16_units ? 8e-3 : 1e-6);
 }
 

@@ -84,11 +84,7 @@ CommStats DeviceMesh::total_stats() const {
     for (auto* s : seen) dup = dup || s == g.get();
     if (dup) continue;
     seen.push_back(g.get());
-    const CommStats s = g->stats();
-    total.bytes_sent += s.bytes_sent;
-    total.bytes_received += s.bytes_received;
-    total.num_collectives += s.num_collectives;
-    total.seconds += s.seconds;
+    total += g->stats();
   }
   return total;
 }
@@ -98,11 +94,7 @@ std::map<std::string, CommStats> DeviceMesh::stats_by_group() const {
   for (const auto& [axis, g] : groups_) {
     if (out.count(g->axis())) continue;  // an axis sharing another's communicator
     CommStats s = g->stats();
-    const CommStats sub = g->subgroup_stats();
-    s.bytes_sent += sub.bytes_sent;
-    s.bytes_received += sub.bytes_received;
-    s.num_collectives += sub.num_collectives;
-    s.seconds += sub.seconds;
+    s += g->subgroup_stats();
     out[g->axis()] = s;
   }
   return out;

@@ -207,12 +207,7 @@ FsdpMemory FullyShardedModel::memory() const {
 
 CommStats FullyShardedModel::comm_stats() const {
   CommStats s = mesh_->group("fsdp").stats();
-  if (&mesh_->group("dp_replicate") != &mesh_->group("fsdp")) {
-    const CommStats r = mesh_->group("dp_replicate").stats();
-    s.bytes_sent += r.bytes_sent;
-    s.bytes_received += r.bytes_received;
-    s.num_collectives += r.num_collectives;
-  }
+  if (&mesh_->group("dp_replicate") != &mesh_->group("fsdp")) s += mesh_->group("dp_replicate").stats();
   return s;
 }
 

@@ -54,6 +54,14 @@ struct CommStats {
   // Wall time inside collectives (waiting for peers included): on the caller for blocking ones,
   // on the communication thread for asynchronous ones.
   double seconds = 0;
+
+  CommStats& operator+=(const CommStats& o) {
+    bytes_sent += o.bytes_sent;
+    bytes_received += o.bytes_received;
+    num_collectives += o.num_collectives;
+    seconds += o.seconds;
+    return *this;
+  }
 };
 
 class CommThread;

@@ -457,13 +457,7 @@ int PlacementMuonSharding::owner(size_t matrix) const {
 
 dist::CommStats PlacementMuonSharding::comm_stats() const {
   dist::CommStats total;
-  for (const auto& [key, g] : groups_) {
-    const dist::CommStats s = g->stats();
-    total.bytes_sent += s.bytes_sent;
-    total.bytes_received += s.bytes_received;
-    total.num_collectives += s.num_collectives;
-    total.seconds += s.seconds;
-  }
+  for (const auto& [key, g] : groups_) total += g->stats();
   return total;
 }
 

@@ -64,6 +64,10 @@ struct MatrixDispatch {
 // ConfigError on that first call (the trainer and the benches make it at start-up).
 const MatrixDispatch& matrix_dispatch();
 
+// Whether this process multiplies bf16 operands on bf16 matrix units (AMX or AVX512-BF16), the
+// one test every bf16 kernel asks; false on the fp32 path.
+inline bool bf16_matrix_units() { return matrix_dispatch().path != MatrixPath::fp32; }
+
 // One line for logs and bench output, e.g.
 //   "amx_bf16 (bf16 GEMMs on oneDNN, AMX tiles; CPU: avx2 avx512 avx512_bf16 amx_bf16)"
 //   "fp32 (bf16 widened to fp32 on OpenBLAS: the CPU has neither AMX-BF16 nor AVX512-BF16; CPU: avx2)"

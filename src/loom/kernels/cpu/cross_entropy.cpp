@@ -276,8 +276,7 @@ LinearXentSetup linear_setup(const Tensor& hidden, const Tensor& weight, const T
   // in fp32 and write fp32 logits (the head is a third of a small model's FLOPs: widening it to
   // fp32 would leave the units idle for it). Elsewhere both are widened once up front, so every
   // chunk's GEMM reads the same fp32 weight.
-  const bool bf16_units = hidden.dtype() == DType::bf16 && weight.dtype() == DType::bf16 &&
-                          matrix_dispatch().path != MatrixPath::fp32;
+  const bool bf16_units = hidden.dtype() == DType::bf16 && weight.dtype() == DType::bf16 && bf16_matrix_units();
   s.operands = bf16_units ? DType::bf16 : s.compute;
   s.hidden = hidden.to(s.operands);
   s.weight = weight.to(s.operands);

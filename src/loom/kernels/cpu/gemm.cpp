@@ -104,7 +104,7 @@ bool positive_strides(const Tensor& t) { return t.strides()[0] > 0 && t.strides(
 constexpr double kOnednnMinFlops = 4e6;
 
 bool on_onednn(DType operands, int64_t m, int64_t n, int64_t k) {
-  if (matrix_dispatch().path == MatrixPath::fp32) return false;
+  if (!bf16_matrix_units()) return false;
   if (operands == DType::bf16) return true;
   return operands == DType::f32 && 2.0 * static_cast<double>(m) * n * k >= kOnednnMinFlops;
 }
