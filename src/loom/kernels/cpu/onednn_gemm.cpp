@@ -40,6 +40,11 @@ dnnl::memory::dims op_strides(const Tensor& t, bool trans) {
 // beta (as bits: the key must not compare floats).
 using Key = std::array<int64_t, 13>;
 
+// A training step meets a few dozen shapes, but grouped expert GEMMs have a row count per expert
+// that changes every step: past this many primitives the cache starts over rather than grow
+// for the life of the process.
+constexpr size_t kMaxCachedPrimitives = 1024;
+
 struct Cache {
   std::mutex mutex;
   std::map<Key, dnnl::matmul> primitives;
@@ -98,6 +103,7 @@ void onednn_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, T
     Cache& cc = cache();
     std::lock_guard<std::mutex> lock(cc.mutex);
     auto it = cc.primitives.find(key);
+    if (it == cc.primitives.end() && cc.primitives.size() >= kMaxCachedPrimitives) cc.primitives.clear();
     if (it == cc.primitives.end()) {
       try {
         it = cc.primitives.emplace(key, dnnl::matmul(make_desc(operands, out, m, n, k, sa, sb, sc, alpha, beta))).first;

@@ -9,7 +9,8 @@
 // - One primitive per (shapes, strides, dtypes, alpha, beta), created on first use and cached for
 //   the life of the process: creating a primitive descriptor costs tens of microseconds (the
 //   implementation search), executing a cached one nothing beyond the product. A training step
-//   meets the same few dozen shapes every time.
+//   meets the same few dozen shapes every time (grouped expert GEMMs, whose row counts change
+//   every step, are why the cache is bounded and starts over past 1024 primitives).
 // - alpha is oneDNN's output scale; beta its `sum` post-op, so c += a·b reads and writes c once
 //   (no fp32 temporary): weight grads of bf16 operands land in an fp32 c unrounded.
 // - oneDNN is built on the OpenMP runtime (Debian's libdnnl uses libgomp): it threads over the
