@@ -22,6 +22,8 @@ if ! $PY -c "import torch" 2>/dev/null || [ ! -d /usr/lib/x86_64-linux-gnu/openb
 fi
 [ -f "$REFERENCE" ] || { echo "error: $REFERENCE not found; set REFERENCE=path/to/torch_llama_reference.py"; exit 2; }
 scripts/build.sh --target loom >/dev/null
+source bench/cpu_header.sh
+print_cpu_header "$THREADS threads per runner"
 mkdir -p bench-data
 
 median_loom() {  # metrics.jsonl, warm-up steps to skip -> "tokens_per_s mfu cpu_matrix_path"
