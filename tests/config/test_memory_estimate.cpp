@@ -61,14 +61,18 @@ TEST(MemoryEstimate, BytesComeFromTheModelAccountingAndThePolicy) {
   EXPECT_EQ(e.parameter_bytes, params * 4);
   EXPECT_EQ(e.gradient_bytes, params * 4);
   EXPECT_EQ(e.optimizer_bytes, params * 8);  // two fp32 AdamW moments, no master copy for fp32
-  // Per layer per token: 4·32 + 2·(32 + 16) + 3·64 = 416 elements; 2 layers, fp32, 2·32 tokens,
-  // plus the fp32 logits (64 per token).
-  EXPECT_EQ(e.activation_bytes, 2 * 416 * 4 * 64 + 64 * 4 * 64);
-  EXPECT_EQ(e.per_rank_bytes(), params * 16 + 2 * 416 * 4 * 64 + 64 * 4 * 64);
+  // Per layer, 2·32 tokens in fp32 (every size here is its own allocator size class): the residual
+  // in and after attention and the two norm outputs (4 × 64·32·4), their 1/rms (2 × 64·4); q and
+  // the attention output (2 × 64·32·4), k and v (2 × 64·16·4), the log-sum-exp (64·4 heads·4);
+  // fc1's output and the activation (64·128·4 + 64·64·4).
+  const int64_t layer = 4 * 8192 + 2 * 256 + 2 * 8192 + 2 * 4096 + 1024 + 32768 + 16384;
+  EXPECT_EQ(layer, 108032);
+  EXPECT_EQ(e.activation_bytes, 2 * layer);
+  EXPECT_EQ(e.per_rank_bytes(), params * 16 + 2 * layer);
 
   // Full recompute of layer 0 keeps its input only; two FSDP ranks hold half the state each.
   LoadedConfig r = load(tiny("recompute:\n  mode: full\n  full_recompute_layer: ['0']\n"), 1);
-  EXPECT_EQ(r.resolved->memory->activation_bytes, (32 + 416) * 4 * 64 + 64 * 4 * 64);
+  EXPECT_EQ(r.resolved->memory->activation_bytes, 8192 + layer);
   LoadedConfig two = load(tiny(), 2);
   EXPECT_EQ(two.resolved->memory->parameter_bytes, (params + 1) / 2 * 4);
   EXPECT_EQ(two.resolved->memory->ranks_per_host, 2);
@@ -81,7 +85,7 @@ TEST(MemoryEstimate, ARunTheHostCannotHoldIsAGapWithTheNumbersAndTheFix) {
     LoadedConfig c = load(tiny(), 1);
     const std::string gaps = all_gaps(c);
     EXPECT_NE(gaps.find("the run needs at least"), std::string::npos) << gaps;
-    EXPECT_NE(gaps.find("model: the run needs at least 578.5 KiB per rank"), std::string::npos) << gaps;
+    EXPECT_NE(gaps.find("model: the run needs at least 565.5 KiB per rank"), std::string::npos) << gaps;
     EXPECT_NE(gaps.find("this host gives 100.0 KiB (LOOM_MEMORY_LIMIT"), std::string::npos) << gaps;
     EXPECT_NE(gaps.find("parameters 88.6 KiB"), std::string::npos) << gaps;
     EXPECT_NE(gaps.find("model.hidden_size, num_hidden_layers, vocab_size"), std::string::npos) << gaps;

@@ -52,15 +52,15 @@ TRAFFIC_TOLERANCE = 0.01
 # are still checked strictly; their peak lines are printed as known gaps, and a gap that closes
 # fails the test until it is taken off this list, so the list cannot go stale.
 KNOWN_PEAK_GAPS = {
-    "cp2_ring": "ring attention's K/V blocks and their grads in flight",
-    "fsdp2xcp2": "ring attention's K/V blocks and their grads in flight",
-    "cp4_ring": "ring attention's K/V blocks grow with cp",
-    "cp2xtp2": "ring attention's K/V blocks under sequence parallelism",
-    "pp2_v2": "interleaved stage 0 holds more than its schedule's live chunks: not yet explained",
-    "pp2xcp2": "ring attention's blocks on each stage",
-    "ep2xtp2": "MoE dispatch copies at the gathered sequence under tp",
-    "cp2xep2": "MoE dispatch copies per cp rank",
-    "pp2xep2": "MoE dispatch copies on each stage",
+    # FSDP's peak comes at the start of the last layer's backward (every activation, the root and
+    # two units gathered); the plan adds that layer's MLP grads on top, which the run frees room
+    # for before it allocates them: 10-16% over. Under pp the stage-0 units' grads are counted
+    # whole while the first backward holds only the current unit's.
+    "fsdp4": "FSDP: the last layer's backward grads are counted on top of the backward-start peak",
+    "hsdp2x2": "FSDP: the last layer's backward grads are counted on top of the backward-start peak",
+    "pp2xfsdp2": "FSDP under pp ('never'): every unit's full grads counted, the first backward holds one",
+    "pp2xfsdp2xtp2": "FSDP under pp ('never'): every unit's full grads counted, the first backward holds one",
+    "cp2xep2": "MoE routed copies under cp: 17% over, not yet explained",
 }
 
 LLAMA = parity.LLAMA_PP  # 4 layers: pp 2 and v 2 split them evenly

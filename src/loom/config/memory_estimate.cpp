@@ -7,7 +7,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "loom/core/allocator.h"
 #include "loom/core/error.h"
+#include "loom/kernels/cpu/cross_entropy.h"
 #include "loom/models/accounting.h"
 
 namespace loom::config {
@@ -19,32 +21,102 @@ using models::checked_mul;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0); }
 
-// Elements one token keeps for the backward of decoder layer `index` (before the TP split).
-std::int64_t layer_activation_elements(const models::ModelArgs& a, std::int64_t index, bool recomputed) {
-  const std::int64_t D = a.hidden_size;
-  if (recomputed) return D;  // the layer's input; its inside is rebuilt in the backward
+// The tensors of one micro-batch on one rank, each rounded as the device allocator rounds it
+// (CachingAllocator::size_class: up to 12.5% on a large tensor, which is what a rank pays).
+struct MicroBatch {
+  std::int64_t tokens;     // this rank's tokens: local_batch_size · seq_length / context_parallel
+  std::int64_t split;      // of them, a sequence-parallel shard: tokens / tensor_parallel
+  std::int64_t tp;
+  std::int64_t cb;         // bytes of compute_dtype
+  std::int64_t logit_rows; // rows of one chunk of the fused loss's logits
+};
+
+std::int64_t tensor_bytes(std::int64_t rows, std::int64_t width, std::int64_t element) {
   const char* f = "hidden_size";
-  std::int64_t q, kv;
+  const std::int64_t n = checked_mul(checked_mul(rows, std::max<std::int64_t>(width, 1), "rows × width", f), element,
+                                     "tensor bytes", f);
+  return static_cast<std::int64_t>(CachingAllocator::size_class(static_cast<size_t>(n)));
+}
+
+std::int64_t per_tp(std::int64_t width, std::int64_t tp) { return std::max<std::int64_t>(1, ceil_div(width, tp)); }
+
+// What the forward of decoder layer `index` leaves for its backward, tensor by tensor as the
+// modules save them: the residual stream in and after attention (sequence-split under tp); the
+// two norm outputs (under tp the column-parallel linears keep their all-gathered copies of the
+// whole sequence instead) and their fp32 1/rms; the rotated q and k, v, the attention output and
+// its fp32 log-sum-exp; the MLP's fc1 output and activation, or the MoE's router scores, the
+// routed copies of its T·K rows (permuted input, expert fc1 and activation, expert output and the
+// combined rows) and the shared experts. A recomputed layer keeps its input only.
+std::int64_t layer_saved_bytes(const models::ModelArgs& a, std::int64_t index, bool rebuilt, const MicroBatch& m) {
+  const std::int64_t D = a.hidden_size, T = m.tokens, Ts = m.split, tp = m.tp, cb = m.cb;
+  if (rebuilt) return tensor_bytes(Ts, D, cb);
+  std::int64_t b = 2 * tensor_bytes(Ts, D, cb) + 2 * tensor_bytes(T, D, cb) + 2 * tensor_bytes(Ts, 1, 4);
+  const std::int64_t H = per_tp(a.num_attention_heads, tp);
   if (a.multi_latent_attention) {
-    q = checked_mul(a.num_attention_heads, a.qk_nope_head_dim + a.qk_rope_head_dim, "heads × qk head dim", f);
-    kv = checked_add(a.kv_lora_rank, a.qk_rope_head_dim, "kv_lora_rank + qk_rope_head_dim", "kv_lora_rank");
+    const std::int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+    b += tensor_bytes(T, a.kv_lora_rank + a.qk_rope_head_dim, cb) + tensor_bytes(T, a.kv_lora_rank, cb);
+    if (a.q_lora_rank > 0) b += 2 * tensor_bytes(T, a.q_lora_rank, cb);
+    b += 2 * tensor_bytes(T, H * qk, cb) + 2 * tensor_bytes(T, H * a.v_head_dim, cb);
   } else {
-    q = checked_mul(a.num_attention_heads, a.head_dim, "num_attention_heads × head_dim", "num_attention_heads");
-    kv = checked_mul(a.num_key_value_heads, a.head_dim, "num_key_value_heads × head_dim", "num_key_value_heads");
+    const std::int64_t KV = per_tp(a.num_key_value_heads, tp), hd = a.head_dim;
+    b += 2 * tensor_bytes(T, H * hd, cb) + 2 * tensor_bytes(T, KV * hd, cb);
+    if (a.qk_layernorm) b += tensor_bytes(T, H * hd, cb) + tensor_bytes(T, KV * hd, cb) + tensor_bytes(T, H + KV, 4);
   }
-  std::int64_t mlp;
+  b += tensor_bytes(T, H, 4);
   if (a.is_moe_layer(index)) {
-    mlp = checked_mul(checked_mul(3, a.moe_intermediate_size, "3 × moe_intermediate_size", "moe_intermediate_size"),
-                      a.moe_topk, "num_experts_per_tok × 3 × moe_intermediate_size", "num_experts_per_tok");
-    mlp = checked_add(mlp, checked_mul(3, a.shared_expert_intermediate_size, "3 × shared expert width",
-                                       "moe_shared_expert_intermediate_size"),
-                      "MoE activations", "moe_intermediate_size");
+    const std::int64_t rows = checked_mul(Ts, a.moe_topk, "tokens × num_experts_per_tok", "num_experts_per_tok");
+    const std::int64_t I = a.moe_intermediate_size;
+    b += 3 * tensor_bytes(Ts, a.num_experts, 4) + 3 * tensor_bytes(Ts, a.moe_topk, 8);
+    b += 3 * tensor_bytes(rows, D, cb) + tensor_bytes(rows, 2 * I, cb) + tensor_bytes(rows, I, cb);
+    if (a.shared_expert_intermediate_size > 0) {
+      const std::int64_t S = per_tp(a.shared_expert_intermediate_size, tp);
+      b += tensor_bytes(T, 2 * S, cb) + tensor_bytes(T, S, cb);
+    }
   } else {
-    mlp = checked_mul(a.gated_linear_unit ? 3 : 2, a.intermediate_size, "MLP activations", "intermediate_size");
+    const std::int64_t I = per_tp(a.intermediate_size, tp);
+    b += tensor_bytes(T, (a.gated_linear_unit ? 2 : 1) * I, cb) + tensor_bytes(T, I, cb);
   }
-  std::int64_t n = checked_mul(4, D, "4 × hidden_size", f);
-  n = checked_add(n, checked_mul(2, checked_add(q, kv, "q + kv width", f), "2 × (q + kv width)", f), "layer", f);
-  return checked_add(n, mlp, "layer activations", f);
+  return b;
+}
+
+// What the backward of layer `index` holds beside the saved tensors at its worst moment: the MLP's
+// grads (of fc1's output and of the activation; in an MoE layer the grad of its routed rows) and
+// the residual grad coming in and going out. A recomputed layer rebuilds
+// its forward first, which is live while they are.
+std::int64_t layer_backward_bytes(const models::ModelArgs& a, std::int64_t index, bool rebuilt, const MicroBatch& m) {
+  const std::int64_t D = a.hidden_size, cb = m.cb;
+  if (rebuilt) return layer_saved_bytes(a, index, false, m);
+  std::int64_t b = 2 * tensor_bytes(m.split, D, cb);
+  if (a.is_moe_layer(index)) {
+    // The experts' grads are formed and freed one expert group at a time; what stays is the grad
+    // of the combined rows, un-permuted back to the routed order.
+    b += tensor_bytes(m.split * a.moe_topk, D, cb);
+  } else {
+    const std::int64_t I = per_tp(a.intermediate_size, m.tp);
+    b += tensor_bytes(m.tokens, (a.gated_linear_unit ? 2 : 1) * I, cb) + tensor_bytes(m.tokens, I, cb);
+  }
+  return b;
+}
+
+// The head's saved tensors: the final norm's output (its all-gathered copy under tp) and 1/rms,
+// and, since the fused loss forms its grads in the forward (ops/loss.cpp), the grad of the hidden
+// states (the head weight's grad is the parameter's gradient, counted with the gradients).
+std::int64_t head_saved_bytes(const models::ModelArgs& a, const MicroBatch& m) {
+  const std::int64_t D = a.hidden_size;
+  return tensor_bytes(m.tokens, D, m.cb) + tensor_bytes(m.split, 1, 4) + tensor_bytes(m.tokens, D, m.cb);
+}
+
+MicroBatch micro_batch(const TrainConfig& c, const models::ModelArgs& a, const ParallelLayout& layout,
+                       std::int64_t seq_length) {
+  const auto& d = layout.dims;
+  MicroBatch m;
+  m.tp = d.tp();
+  m.tokens = checked_mul(c.training.local_batch_size, ceil_div(seq_length, d.cp()), "local_batch_size × seq_length",
+                         "seq_length");
+  m.split = ceil_div(m.tokens, m.tp);
+  m.cb = static_cast<std::int64_t>(dtype_size(a.compute_dtype));
+  m.logit_rows = kernels::cpu::linear_cross_entropy_chunk(m.tokens, per_tp(a.vocab_size, m.tp), 0);
+  return m;
 }
 
 bool recomputed(const memory::RecomputeOptions& r, std::int64_t layer) {
@@ -110,30 +182,24 @@ std::int64_t micro_batch_activation_bytes(const TrainConfig& c, const models::Mo
                                           const ParallelLayout& layout, const memory::RecomputeOptions& recompute,
                                           std::int64_t seq_length, const std::vector<std::int64_t>& layers,
                                           bool logits) {
-  const auto& d = layout.dims;
-  const std::int64_t tp = d.tp();
-  const std::int64_t tokens = checked_mul(c.training.local_batch_size, ceil_div(seq_length, d.cp()),
-                                          "local_batch_size × seq_length", "seq_length");
-  std::int64_t per_token = 0, gathered = 0;
-  for (std::int64_t i : layers) {
-    const bool rebuilt = recomputed(recompute, i);
-    per_token = checked_add(per_token, layer_activation_elements(a, i, rebuilt),
-                            "num_hidden_layers × activations per layer", "num_hidden_layers");
-    // Under sequence parallelism the attention and MLP inputs are all-gathered to the whole
-    // sequence, and the column-parallel linears keep that gathered copy for their weight grads:
-    // 2·hidden per token of the whole sequence, not split by tp.
-    if (tp > 1 && !rebuilt) gathered = checked_add(gathered, 2 * a.hidden_size, "gathered inputs", "hidden_size");
-  }
-  const std::int64_t cb = static_cast<std::int64_t>(dtype_size(a.compute_dtype));
-  const std::int64_t split = ceil_div(checked_mul(per_token, cb, "activation bytes per token", "hidden_size"), tp);
-  const std::int64_t whole = checked_mul(gathered, cb, "gathered activation bytes per token", "hidden_size");
-  const std::int64_t layer_bytes = checked_mul(checked_add(split, whole, "activation bytes per token", "hidden_size"),
-                                               tokens, "activation bytes per token × tokens", "seq_length");
-  if (!logits) return layer_bytes;
-  const std::int64_t logit_bytes = checked_mul(checked_mul(ceil_div(a.vocab_size, tp), 4, "vocab_size × 4 bytes",
-                                                           "vocab_size"),
-                                               tokens, "vocab_size × tokens of a micro-batch", "vocab_size");
-  return checked_add(layer_bytes, logit_bytes, "activation bytes", "seq_length");
+  const MicroBatch m = micro_batch(c, a, layout, seq_length);
+  std::int64_t bytes = logits ? head_saved_bytes(a, m) : 0;
+  for (std::int64_t i : layers)
+    bytes = checked_add(bytes, layer_saved_bytes(a, i, recomputed(recompute, i), m), "activation bytes", "seq_length");
+  return bytes;
+}
+
+std::int64_t backward_transient_bytes(const TrainConfig& c, const models::ModelArgs& a, const ParallelLayout& layout,
+                                      const memory::RecomputeOptions& recompute, std::int64_t seq_length,
+                                      const std::vector<std::int64_t>& layers, bool logits) {
+  const MicroBatch m = micro_batch(c, a, layout, seq_length);
+  std::int64_t worst = 0;
+  for (std::int64_t i : layers) worst = std::max(worst, layer_backward_bytes(a, i, recomputed(recompute, i), m));
+  // The head's tensors live from the loss's forward until the backward reaches the last layer,
+  // with the loss's chunk of fp32 logits at their worst; that layer's grads come after them.
+  if (logits)
+    worst = std::max(worst, head_saved_bytes(a, m) + tensor_bytes(m.logit_rows, per_tp(a.vocab_size, m.tp), 4));
+  return worst;
 }
 
 MemoryEstimate estimate_memory(const TrainConfig& c, const models::ModelArgs& a, const ParallelLayout& layout,
@@ -153,9 +219,11 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const models::ModelArgs& a,
 
   // One micro-batch's tokens on this rank through every layer of the model: under pp the first
   // stage holds 1/pp of the layers for up to pp micro-batches in flight (1F1B), the same bytes.
+  // The head's tensors are left out: they come while the gradients are still being formed, so
+  // counting both would no longer be a lower bound.
   std::vector<std::int64_t> every_layer;
   for (std::int64_t i = 0; i < a.num_layers + a.mtp_num_layers; ++i) every_layer.push_back(i);
-  e.activation_bytes = micro_batch_activation_bytes(c, a, layout, recompute, seq_length, every_layer, true);
+  e.activation_bytes = micro_batch_activation_bytes(c, a, layout, recompute, seq_length, every_layer, false);
   return e;
 }
 

@@ -2,20 +2,17 @@
 // optimizer state and the activations of one micro-batch, from the model's own accounting
 // (models::count_parameters) and the memory policy (full recompute keeps a layer's input only),
 // summed over the ranks that share a host, against what the host can give. It is a lower bound
-// (temporaries, FSDP's gathered unit, allocator rounding and the runtime come on top), so a run
+// (temporaries, FSDP's gathered unit and the runtime come on top), so a run
 // it refuses cannot fit; a run it passes may still be tight.
 //
 // Per rank, with P = parameters / (tensor_parallel · fsdp shards), b = bytes of params_dtype:
 //   parameters  P·b          gradients  P·b
 //   optimizer   P·8 (AdamW: two fp32 moments; Muon: one fp32 momentum and its AdamW moments,
 //               counted as AdamW) + P·4 for the fp32 master copy when params_dtype is not fp32
-//   activations per token of a micro-batch (local_batch_size · seq_length / context_parallel
-//               tokens), in bytes of compute_dtype, divided by tensor_parallel (sequence
-//               parallelism splits what TP does not) except the all-gathered attention and MLP
-//               inputs the column-parallel linears keep (2·hidden of the whole sequence): per layer 4·hidden + 2·(q + kv width) +
-//               MLP width + intermediate (MoE: num_experts_per_tok · 3 · moe_intermediate plus
-//               the shared experts); a fully recomputed or selectively recomputed layer keeps
-//               hidden only; plus the fp32 logits (vocab_size / tensor_parallel).
+//   activations the tensors one micro-batch saves for the backward, in bytes of compute_dtype
+//               (fp32 for norm statistics and the log-sum-exp), each rounded to the allocator's
+//               size class: per layer see layer_saved_bytes in memory_estimate.cpp (a fully or
+//               selectively recomputed layer keeps its input only).
 // On this CPU build swapped activations stay in host memory, so swap does not lower the host sum.
 //
 // The host gives min(cgroup memory limit, MemAvailable); LOOM_MEMORY_LIMIT (bytes, or with a
@@ -48,14 +45,22 @@ struct MemoryEstimate {
 };
 
 // The activations one micro-batch leaves for the backward on one rank, through the decoder (and
-// MTP: indices num_layers..) layers `layers`, plus the fp32 logits when `logits` (the stage that
-// runs the head): the per-token formula above. The start-up estimate takes every layer; the
+// MTP: indices num_layers..) layers `layers`, plus the head's (the final norm and the fused
+// loss's grads) when `logits` (the stage that runs the head): each saved tensor as the modules
+// save it, rounded as the allocator rounds it. The start-up estimate takes every layer; the
 // planner (src/loom/plan) takes a pipeline stage's layers and multiplies by the micro-batches
 // its schedule keeps in flight.
 std::int64_t micro_batch_activation_bytes(const TrainConfig& config, const models::ModelArgs& model,
                                           const ParallelLayout& layout, const memory::RecomputeOptions& recompute,
                                           std::int64_t seq_length, const std::vector<std::int64_t>& layers,
                                           bool logits);
+
+// The most the backward of one of `layers` holds on top of them (its MLP's grads and the residual
+// grads; a recomputed layer's rebuilt forward), or with `logits` the fused loss's chunk of fp32
+// logits, whichever is larger: the transient the planner adds to the micro-batches in flight.
+std::int64_t backward_transient_bytes(const TrainConfig& config, const models::ModelArgs& model,
+                                      const ParallelLayout& layout, const memory::RecomputeOptions& recompute,
+                                      std::int64_t seq_length, const std::vector<std::int64_t>& layers, bool logits);
 
 // Throws models::SizeOverflow naming the fields when a product of sizes does not fit 64 bits.
 MemoryEstimate estimate_memory(const TrainConfig& config, const models::ModelArgs& model, const ParallelLayout& layout,

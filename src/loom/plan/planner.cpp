@@ -96,16 +96,14 @@ Plan make_plan(const config::TrainConfig& config, const config::ResolvedConfig& 
     }
     const auto [flight, fraction] = in_flight(resolved, p);
     const int64_t micro = config::micro_batch_activation_bytes(config, a, resolved.layout, resolved.recompute, seq,
-                                                               device_layers, head);
-    // On top of what the micro-batches in flight keep, the backward of one layer holds that
-    // layer's activations again (their grads; under full recompute also the rebuilt forward) and,
-    // in an MoE layer, the dispatch's permuted copies of T·K rows (in, received, expert output).
-    int64_t transient = 0;
-    const memory::RecomputeOptions none;
+                                                               device_layers, false);
+    // On top of what the micro-batches in flight keep: the worst moment of one backward
+    // (config::backward_transient_bytes), and under context parallelism the attention's exchange.
+    int64_t transient = config::backward_transient_bytes(config, a, resolved.layout, resolved.recompute, seq,
+                                                         device_layers, head);
     // Context parallelism: the ring keeps the K/V blocks of every peer it received in the step
     // (c - 1), its own and the dK/dV it passes on (measured: grows with c); Ulysses the packed
     // send and receive copies of q, k, v and the output.
-    int64_t cp_transient = 0;
     if (d.cp() > 1) {
       const int64_t T = config.training.local_batch_size * seq / d.cp();
       const int64_t H = a.num_attention_heads / d.tp(), act = static_cast<int64_t>(dtype_size(a.compute_dtype));
@@ -113,20 +111,8 @@ Plan make_plan(const config::TrainConfig& config, const config::ResolvedConfig& 
                                                  : std::max<int64_t>(1, a.num_key_value_heads / d.tp()) * a.head_dim;
       const int64_t v = a.multi_latent_attention ? H * a.v_head_dim : k;
       const int64_t q = a.multi_latent_attention ? k : H * a.head_dim;
-      cp_transient = config.parallelism.context_parallel_method == "colossal" ? (d.cp() + 1) * T * (k + v) * act
+      transient += config.parallelism.context_parallel_method == "colossal" ? (d.cp() + 1) * T * (k + v) * act
                                                                               : 2 * T * (q + k + v + q) * act;
-    }
-    for (int64_t l : device_layers) {
-      int64_t t = config::micro_batch_activation_bytes(config, a, resolved.layout, none, seq, {l}, false);
-      // A recomputed layer's rebuilt forward is live with its grads: measured at about 1.5 times
-      // the layer's activations on small runs (plancheck), not twice (the grads are freed as the
-      // backward proceeds through the layer).
-      if (recomputed(resolved.recompute, l)) t += t / 2;
-      t += cp_transient;
-      if (a.is_moe_layer(l))
-        t += 3 * config.training.local_batch_size * seq / (d.cp() * d.tp()) * a.moe_topk * a.hidden_size *
-             static_cast<int64_t>(dtype_size(a.compute_dtype));
-      transient = std::max(transient, t);
     }
     const int64_t activations =
         static_cast<int64_t>(static_cast<double>(micro) * fraction * static_cast<double>(flight)) + transient;

@@ -4,11 +4,13 @@
 //   layout        config::resolve_config, as check-config resolves it (same rules, same errors)
 //   state bytes   rank_state.h: the model built on the meta device and split by the strategies
 //                 themselves over a planning mesh; FSDP's rows counted as fsdp_unit.cpp lays them
-//   activations   config::micro_batch_activation_bytes (the start-up estimate's per-token formula)
-//                 for the stage's layers, times the micro-batches the schedule keeps in flight:
-//                 1 without pipelining; 1F1B min(M, pp - p) on pipeline rank p; interleaved 1F1B
-//                 Megatron's warm-up min(M·v, 2(pp - p - 1) + (v - 1)·pp + 1) chunks of 1/v of
-//                 the stage; GPipe M. Swapped layers (swap.layer_swap) leave the device on a GPU
+//   activations   config::micro_batch_activation_bytes (the start-up estimate's saved tensors,
+//                 each rounded to the allocator's size class) for the stage's layers, times the
+//                 micro-batches the schedule keeps in flight (counted off train::pipeline_order:
+//                 1 without pipelining; chunks of 1/v of the stage under interleaving), plus the
+//                 worst moment of one backward (config::backward_transient_bytes: a layer's grads,
+//                 or on the last stage the head's tensors) and under context parallelism the
+//                 attention's exchange buffers. Swapped layers (swap.layer_swap) leave the device on a GPU
 //                 profile; on the cpu profile host memory is the device, so nothing leaves.
 //   FLOPs         models::layer_flops_per_token / head_flops_per_token for the stage's layers,
 //                 over the rank's tokens (its data shard, 1/cp of the sequence, 1/tp of the work)

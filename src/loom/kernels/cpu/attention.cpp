@@ -159,6 +159,8 @@ int threads_for(int64_t items, double flops) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t m) { return ceil_div(a, m) * m; }
+// A tile of `block` rows over `extent` rows, at least one.
+int64_t fitted(int64_t block, int64_t extent) { return std::max<int64_t>(1, std::min(block, extent)); }
 
 struct Dims {
   int64_t B, Sq, Sk, H, KV, D, Dv, G;
@@ -182,7 +184,10 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, double s
   const Tensor ranges_t = row_ranges(mask, d.B, d.Sq, d.Sk);
   const int64_t* ranges = ranges_t.data<int64_t>();
   // Matrix units: key tiles start at even keys (V is packed in key pairs), so an even width.
-  const int64_t Bq = tiles.fwd_q_block, Bk = units ? round_up(tiles.fwd_k_block, 2) : tiles.fwd_k_block;
+  // A tile never outgrows the sequence: the blocks are the same, and a short sequence does not
+  // pay for a scratch tile sized for a long one.
+  const int64_t Bq = fitted(tiles.fwd_q_block, d.Sq);
+  const int64_t Bk = units ? fitted(round_up(tiles.fwd_k_block, 2), round_up(d.Sk, 2)) : fitted(tiles.fwd_k_block, d.Sk);
   const int64_t nqb = ceil_div(d.Sq, Bq);
   const int64_t items = nqb * d.B * d.H;
   const int nt = threads_for(items, 2.0 * d.B * d.H * d.Sq * d.Sk * (d.D + d.Dv));
@@ -313,7 +318,7 @@ void backward_impl(const Tensor& dout_t, const Tensor& qt, const Tensor& kt, con
   const T* lse = lse_c.data<T>();
   const Tensor ranges_t = row_ranges(mask, d.B, d.Sq, d.Sk);
   const int64_t* ranges = ranges_t.data<int64_t>();
-  const int64_t Bq = tiles.bwd_q_block, Bk = tiles.bwd_k_block;
+  const int64_t Bq = fitted(tiles.bwd_q_block, d.Sq), Bk = fitted(tiles.bwd_k_block, d.Sk);  // as the forward's
   const int64_t nqb = ceil_div(d.Sq, Bq), nkb = ceil_div(d.Sk, Bk);
 
   // D_i = rowsum(dO ∘ O) per (b, h, i), from the stored (rounded) output.
