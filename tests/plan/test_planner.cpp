@@ -18,9 +18,9 @@ TEST(Planner, OneF1BKeepsPpMinusStageMicroBatchesInFlight) {
   ASSERT_EQ(p.roles.size(), 2u);
   const auto& a = c.resolved->model_args();
   const int64_t stage0 = config::micro_batch_activation_bytes(c.config, a, c.resolved->layout, c.resolved->recompute,
-                                                              32, {0, 1}, false);
+                                                              32, {0, 1});
   const int64_t stage1 = config::micro_batch_activation_bytes(c.config, a, c.resolved->layout, c.resolved->recompute,
-                                                              32, {2, 3}, false);
+                                                              32, {2, 3});
   // + the worst moment of one backward: a layer's grads, or on the last stage the head's tensors.
   const int64_t layer = config::backward_transient_bytes(c.config, a, c.resolved->layout, c.resolved->recompute,
                                                          32, {0, 1}, false);

@@ -21,8 +21,7 @@ using models::checked_mul;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0); }
 
-// The tensors of one micro-batch on one rank, each rounded as the device allocator rounds it
-// (CachingAllocator::size_class: up to 12.5% on a large tensor, which is what a rank pays).
+// The shape of one micro-batch on one rank, for sizing the tensors it saves.
 struct MicroBatch {
   std::int64_t tokens;     // this rank's tokens: local_batch_size · seq_length / context_parallel
   std::int64_t split;      // of them, a sequence-parallel shard: tokens / tensor_parallel
@@ -31,6 +30,8 @@ struct MicroBatch {
   std::int64_t logit_rows; // rows of one chunk of the fused loss's logits
 };
 
+// A [rows, width] tensor as the device allocator holds it: rounded to its size class
+// (CachingAllocator::size_class, up to 12.5% on a large tensor, which is what a rank pays).
 std::int64_t tensor_bytes(std::int64_t rows, std::int64_t width, std::int64_t element) {
   const char* f = "hidden_size";
   const std::int64_t n = checked_mul(checked_mul(rows, std::max<std::int64_t>(width, 1), "rows × width", f), element,
@@ -81,8 +82,8 @@ std::int64_t layer_saved_bytes(const models::ModelArgs& a, std::int64_t index, b
 
 // What the backward of layer `index` holds beside the saved tensors at its worst moment: the MLP's
 // grads (of fc1's output and of the activation; in an MoE layer the grad of its routed rows) and
-// the residual grad coming in and going out. A recomputed layer rebuilds
-// its forward first, which is live while they are.
+// the residual grad coming in and going out. A recomputed layer holds its rebuilt forward; its
+// grads take the room of the rebuilt tensors they free (measured by plan_check_test.py).
 std::int64_t layer_backward_bytes(const models::ModelArgs& a, std::int64_t index, bool rebuilt, const MicroBatch& m) {
   const std::int64_t D = a.hidden_size, cb = m.cb;
   if (rebuilt) return layer_saved_bytes(a, index, false, m);
@@ -180,10 +181,9 @@ std::int64_t MemoryEstimate::host_bytes() const {
 
 std::int64_t micro_batch_activation_bytes(const TrainConfig& c, const models::ModelArgs& a,
                                           const ParallelLayout& layout, const memory::RecomputeOptions& recompute,
-                                          std::int64_t seq_length, const std::vector<std::int64_t>& layers,
-                                          bool logits) {
+                                          std::int64_t seq_length, const std::vector<std::int64_t>& layers) {
   const MicroBatch m = micro_batch(c, a, layout, seq_length);
-  std::int64_t bytes = logits ? head_saved_bytes(a, m) : 0;
+  std::int64_t bytes = 0;
   for (std::int64_t i : layers)
     bytes = checked_add(bytes, layer_saved_bytes(a, i, recomputed(recompute, i), m), "activation bytes", "seq_length");
   return bytes;
@@ -191,13 +191,13 @@ std::int64_t micro_batch_activation_bytes(const TrainConfig& c, const models::Mo
 
 std::int64_t backward_transient_bytes(const TrainConfig& c, const models::ModelArgs& a, const ParallelLayout& layout,
                                       const memory::RecomputeOptions& recompute, std::int64_t seq_length,
-                                      const std::vector<std::int64_t>& layers, bool logits) {
+                                      const std::vector<std::int64_t>& layers, bool head) {
   const MicroBatch m = micro_batch(c, a, layout, seq_length);
   std::int64_t worst = 0;
   for (std::int64_t i : layers) worst = std::max(worst, layer_backward_bytes(a, i, recomputed(recompute, i), m));
   // The head's tensors live from the loss's forward until the backward reaches the last layer,
   // with the loss's chunk of fp32 logits at their worst; that layer's grads come after them.
-  if (logits)
+  if (head)
     worst = std::max(worst, head_saved_bytes(a, m) + tensor_bytes(m.logit_rows, per_tp(a.vocab_size, m.tp), 4));
   return worst;
 }
@@ -223,7 +223,7 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const models::ModelArgs& a,
   // counting both would no longer be a lower bound.
   std::vector<std::int64_t> every_layer;
   for (std::int64_t i = 0; i < a.num_layers + a.mtp_num_layers; ++i) every_layer.push_back(i);
-  e.activation_bytes = micro_batch_activation_bytes(c, a, layout, recompute, seq_length, every_layer, false);
+  e.activation_bytes = micro_batch_activation_bytes(c, a, layout, recompute, seq_length, every_layer);
   return e;
 }
 

@@ -45,22 +45,21 @@ struct MemoryEstimate {
 };
 
 // The activations one micro-batch leaves for the backward on one rank, through the decoder (and
-// MTP: indices num_layers..) layers `layers`, plus the head's (the final norm and the fused
-// loss's grads) when `logits` (the stage that runs the head): each saved tensor as the modules
-// save it, rounded as the allocator rounds it. The start-up estimate takes every layer; the
-// planner (src/loom/plan) takes a pipeline stage's layers and multiplies by the micro-batches
-// its schedule keeps in flight.
+// MTP: indices num_layers..) layers `layers`: each saved tensor as the modules save it, rounded as
+// the allocator rounds it. The start-up estimate takes every layer; the planner (src/loom/plan)
+// takes a pipeline stage's layers and multiplies by the micro-batches its schedule keeps in flight.
 std::int64_t micro_batch_activation_bytes(const TrainConfig& config, const models::ModelArgs& model,
                                           const ParallelLayout& layout, const memory::RecomputeOptions& recompute,
-                                          std::int64_t seq_length, const std::vector<std::int64_t>& layers,
-                                          bool logits);
+                                          std::int64_t seq_length, const std::vector<std::int64_t>& layers);
 
-// The most the backward of one of `layers` holds on top of them (its MLP's grads and the residual
-// grads; a recomputed layer's rebuilt forward), or with `logits` the fused loss's chunk of fp32
-// logits, whichever is larger: the transient the planner adds to the micro-batches in flight.
+// The most one backward holds on top of the saved activations: the largest of one of `layers`'
+// (its MLP's grads and the residual grads; a recomputed layer's rebuilt forward) and, with
+// `head` (the stage that runs it), the head's tensors (the final norm's output, the fused loss's
+// grad of the hidden states) with the loss's chunk of fp32 logits. The planner adds it to the
+// micro-batches in flight.
 std::int64_t backward_transient_bytes(const TrainConfig& config, const models::ModelArgs& model,
                                       const ParallelLayout& layout, const memory::RecomputeOptions& recompute,
-                                      std::int64_t seq_length, const std::vector<std::int64_t>& layers, bool logits);
+                                      std::int64_t seq_length, const std::vector<std::int64_t>& layers, bool head);
 
 // Throws models::SizeOverflow naming the fields when a product of sizes does not fit 64 bits.
 MemoryEstimate estimate_memory(const TrainConfig& config, const models::ModelArgs& model, const ParallelLayout& layout,

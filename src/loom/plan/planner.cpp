@@ -96,7 +96,7 @@ Plan make_plan(const config::TrainConfig& config, const config::ResolvedConfig& 
     }
     const auto [flight, fraction] = in_flight(resolved, p);
     const int64_t micro = config::micro_batch_activation_bytes(config, a, resolved.layout, resolved.recompute, seq,
-                                                               device_layers, false);
+                                                               device_layers);
     // On top of what the micro-batches in flight keep: the worst moment of one backward
     // (config::backward_transient_bytes), and under context parallelism the attention's exchange.
     int64_t transient = config::backward_transient_bytes(config, a, resolved.layout, resolved.recompute, seq,
