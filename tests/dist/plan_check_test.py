@@ -16,9 +16,6 @@ every rank of every role:
                    communicator (dist/device_mesh.cpp), so predicted axes are summed by the group the
                    report's mesh_groups names for them.
 
-KNOWN_PEAK_GAPS lists the layouts whose transient peak the plan does not yet predict within 10%;
-for them only the exact bytes and the traffic must agree, and a gap that closes fails until removed.
-
 Before trusting a case the comparator is shown wrong predictions (each exact field off by one byte, the
 peak and the traffic off by 2x the tolerance) and must reject each: a comparison that cannot fail
 fails the test.
@@ -47,22 +44,6 @@ STEPS = 3  # the report measures the last: every buffer allocated, the step in s
 EXACT_FIELDS = ("parameter_bytes", "gradient_bytes", "optimizer_bytes")
 PEAK_TOLERANCE = 0.10
 TRAFFIC_TOLERANCE = 0.01
-# Layouts whose predicted transient peak is known to miss the 10%: what the plan's activation model
-# does not count yet (docs/plan.md, "What the plan does not count"). Their exact bytes and traffic
-# are still checked strictly; their peak lines are printed as known gaps, and a gap that closes
-# fails the test until it is taken off this list, so the list cannot go stale.
-KNOWN_PEAK_GAPS = {
-    # FSDP's peak comes at the start of the last layer's backward (every activation, the root and
-    # two units gathered); the plan adds that layer's MLP grads on top, which the run frees room
-    # for before it allocates them: 10-16% over. Under pp the stage-0 units' grads are counted
-    # whole while the first backward holds only the current unit's.
-    "fsdp4": "FSDP: the last layer's backward grads are counted on top of the backward-start peak",
-    "hsdp2x2": "FSDP: the last layer's backward grads are counted on top of the backward-start peak",
-    "pp2xfsdp2": "FSDP under pp ('never'): every unit's full grads counted, the first backward holds one",
-    "pp2xfsdp2xtp2": "FSDP under pp ('never'): every unit's full grads counted, the first backward holds one",
-    "cp2xep2": "MoE routed copies under cp: 17% over, not yet explained",
-}
-
 LLAMA = parity.LLAMA_PP  # 4 layers: pp 2 and v 2 split them evenly
 LLAMA_CP = LLAMA + "  use_attn_mask_compression: True\n"  # what context parallelism requires
 # The all-to-all volume depends on where the router sends each token; routing every token to every
@@ -233,14 +214,6 @@ def run_case(args, work, case):
                     m["mem_peak_bytes"] - m["mem_start_bytes"],
                     json.dumps(traffic_by_group(role.get("bytes_sent_per_step", {}), m["mesh_groups"]), sort_keys=True),
                     json.dumps({g: v for g, v in m["bytes_sent_per_step"].items() if v}, sort_keys=True)))
-        peak = [line for line in bad if "peak" in line.split(":")[0]]
-        if name in KNOWN_PEAK_GAPS:
-            if not peak:
-                failures.append("%s: its peak now agrees within %d%%: take it off KNOWN_PEAK_GAPS" %
-                                (name, round(100 * PEAK_TOLERANCE)))
-            for line in peak:
-                print("    known gap (%s): %s" % (KNOWN_PEAK_GAPS[name], line))
-            bad = [line for line in bad if line not in peak]
         print("  %-40s %s" % (name, "plan == measured" if not bad else "%d disagreement(s)" % len(bad)))
         for line in bad:
             print("    " + line)

@@ -32,7 +32,7 @@ TEST(Planner, OneF1BKeepsPpMinusStageMicroBatchesInFlight) {
   EXPECT_EQ(p.roles[1].activation_peak_bytes, stage1 + last);
   for (const RolePlan& r : p.roles)
     EXPECT_EQ(r.peak_bytes, r.state.parameter_bytes + r.state.gradient_bytes + r.state.optimizer_bytes +
-                                r.state.gathered_bytes + r.activation_peak_bytes);
+                                r.fsdp_held_bytes + r.activation_peak_bytes);
   EXPECT_DOUBLE_EQ(p.bubble, 1.0 + 1.0 / 4.0);
 }
 
@@ -59,6 +59,46 @@ TEST(Planner, FullRecomputeLowersTheActivationsAndAddsAForward) {
   EXPECT_LT(b.roles[0].activation_peak_bytes, a.roles[0].activation_peak_bytes);
   EXPECT_GT(b.roles[0].compute_time_s, a.roles[0].compute_time_s);
   EXPECT_DOUBLE_EQ(a.model_flops_per_step, b.model_flops_per_step);
+}
+
+// Sums of what FSDP holds per unit (rank_state.h fsdp_units).
+struct UnitSums {
+  int64_t root = 0, params = 0, grads = 0, largest = 0;
+};
+UnitSums unit_sums(const StateBytes& s) {
+  UnitSums u;
+  for (const StateBytes::FsdpUnit& f : s.fsdp_units) {
+    if (f.unit.empty()) u.root += f.param_bytes + f.grad_bytes;
+    else u.params += f.param_bytes, u.grads += f.grad_bytes, u.largest = std::max(u.largest, f.param_bytes + f.grad_bytes);
+  }
+  return u;
+}
+
+TEST(Planner, ReshardingFsdpHoldsTheRootAndOneUnitAtThePeak) {
+  const auto c = load(tiny_yaml(), 4);
+  const Plan p = make_plan(c.config, *c.resolved, device_profile("h100"), int64_t{80} << 30);
+  ASSERT_EQ(p.roles.size(), 1u);
+  const UnitSums u = unit_sums(p.roles[0].state);
+  ASSERT_GT(u.params, 0);
+  // Never more than the root and the largest unit with its grads and buffers; at least the root
+  // and one unit's parameters.
+  EXPECT_GE(p.roles[0].fsdp_held_bytes, u.root + u.largest / 2);
+  EXPECT_LT(p.roles[0].fsdp_held_bytes, u.root + u.params);
+}
+
+TEST(Planner, UnderPipelinesEveryUnitsAccumulatedGradsCountOnceABackwardFollowsItsChunksFirst) {
+  // pp 2 with 4 micro-batches: stage 0 runs F0 F1 B0 F2 B1 ..., so B1 starts with two
+  // micro-batches in flight and every unit's full grads from B0 held (reshard 'never').
+  const auto many = load(tiny_yaml(), 4, {"parallelism.pipeline_parallel=2", "training.global_batch_size=16"});
+  const Plan p = make_plan(many.config, *many.resolved, device_profile("h100"), int64_t{80} << 30);
+  const UnitSums u = unit_sums(p.roles[0].state);
+  EXPECT_GE(p.roles[0].fsdp_held_bytes, u.root + u.params + u.grads);
+  EXPECT_EQ(p.roles[0].activations_in_flight, 2);
+  // With 2 micro-batches (F0 F1 B0 B1) the second backward has one in flight: the peak is the
+  // first backward, with only the parameters gathered.
+  const auto two = load(tiny_yaml(), 4, {"parallelism.pipeline_parallel=2", "training.global_batch_size=8"});
+  const Plan q = make_plan(two.config, *two.resolved, device_profile("h100"), int64_t{80} << 30);
+  EXPECT_LT(q.roles[0].fsdp_held_bytes, u.root + u.params + u.grads);
 }
 
 TEST(Planner, DoesNotFitWhenThePeakExceedsTheDeviceMemory) {

@@ -25,7 +25,7 @@ const HeldParameter* find(const std::vector<HeldParameter>& ps, const std::strin
 TEST(RankState, OneRankHoldsTheWholeModelInFp32) {
   const auto c = load(tiny_yaml(), 1);
   const auto held = held_parameters(c.config, *c.resolved, 0);
-  const StateBytes s = state_bytes(held, c.resolved->layout.dims, 0, true);
+  const StateBytes s = state_bytes(held, c.resolved->layout.dims, 0);
   const int64_t n = total_parameters(c);
   EXPECT_FALSE(s.fsdp);
   EXPECT_EQ(s.parameter_bytes, 4 * n);
@@ -37,7 +37,7 @@ TEST(RankState, Bf16ParametersAddAnFp32MasterCopy) {
   std::string yaml = tiny_yaml();
   yaml.replace(yaml.find("params_dtype: float32"), 21, "params_dtype: bfloat16");
   const auto c = load(yaml, 1);
-  const StateBytes s = state_bytes(held_parameters(c.config, *c.resolved, 0), c.resolved->layout.dims, 0, true);
+  const StateBytes s = state_bytes(held_parameters(c.config, *c.resolved, 0), c.resolved->layout.dims, 0);
   const int64_t n = total_parameters(c);
   EXPECT_EQ(s.parameter_bytes, 2 * n);
   EXPECT_EQ(s.optimizer_bytes, 12 * n);
@@ -56,7 +56,7 @@ TEST(RankState, FsdpPadsEveryBucketToWholeBlocksAndSplitsTheOptimizerRowsExactly
   }
   int64_t optimizer_sum = 0;
   for (int r = 0; r < 3; ++r) {
-    const StateBytes s = state_bytes(held, dims, r, true);
+    const StateBytes s = state_bytes(held, dims, r);
     EXPECT_TRUE(s.fsdp);
     EXPECT_EQ(s.parameter_bytes, 4 * padded) << "rank " << r;
     EXPECT_EQ(s.gradient_bytes, 4 * padded) << "rank " << r;
@@ -64,7 +64,7 @@ TEST(RankState, FsdpPadsEveryBucketToWholeBlocksAndSplitsTheOptimizerRowsExactly
   }
   // The ranks' own rows partition every parameter: no padding in the optimizer state.
   EXPECT_EQ(optimizer_sum, 8 * total_parameters(c));
-  EXPECT_GT(state_bytes(held, dims, 0, true).optimizer_bytes, state_bytes(held, dims, 2, true).optimizer_bytes);
+  EXPECT_GT(state_bytes(held, dims, 0).optimizer_bytes, state_bytes(held, dims, 2).optimizer_bytes);
 }
 
 TEST(RankState, TensorParallelSplitsAreTheStrategysOwn) {
@@ -105,7 +105,7 @@ TEST(RankState, ExpertParallelSplitsRoutedExpertsAndFsdpShardsThemOverEfsdp) {
   ASSERT_NE(w1, nullptr);
   EXPECT_TRUE(w1->expert);
   EXPECT_EQ(w1->local[0], 4);  // 8 experts over ep 2
-  const StateBytes s = state_bytes(held, dims, 0, true);
+  const StateBytes s = state_bytes(held, dims, 0);
   bool efsdp = false;
   for (const auto& b : s.buckets) efsdp = efsdp || (b.group == "efsdp" && b.group_size == 2);
   EXPECT_TRUE(efsdp);
@@ -126,7 +126,7 @@ TEST(RankState, Bf16ComputeGathersTheMatmulWeightsInBf16AndTheRestInFp32) {
   const HeldParameter* norm = find(held, "decoder.layers.0.input_layernorm.weight");
   EXPECT_EQ(fc1->gather_dtype, DType::bf16);
   EXPECT_EQ(norm->gather_dtype, DType::f32);
-  const StateBytes s = state_bytes(held, c.resolved->layout.dims, 0, true);
+  const StateBytes s = state_bytes(held, c.resolved->layout.dims, 0);
   bool bf16 = false, f32 = false;
   for (const auto& b : s.buckets) {
     EXPECT_EQ(b.dtype, DType::f32);  // the shards stay fp32

@@ -14,7 +14,7 @@ using testing::tiny_yaml;
 std::map<std::string, int64_t> traffic(const config::LoadedConfig& c, int rank) {
   const auto& dims = c.resolved->layout.dims;
   const auto held = held_parameters(c.config, *c.resolved, rank);
-  const StateBytes s = state_bytes(held, dims, rank, reshard_after_forward(c.config.parallelism, dims));
+  const StateBytes s = state_bytes(held, dims, rank);
   return bytes_sent_per_step(c.config, *c.resolved, dims.coordinates(rank).pp, s, 32);
 }
 
@@ -23,7 +23,7 @@ TEST(Traffic, FsdpGathersEachUnitTwicePerMicroBatchAndReducesItsGradsInFp32) {
   const auto c = load(tiny_yaml(), 4);
   const auto& dims = c.resolved->layout.dims;
   const auto held = held_parameters(c.config, *c.resolved, 0);
-  const StateBytes s = state_bytes(held, dims, 0, true);
+  const StateBytes s = state_bytes(held, dims, 0);
   int64_t expected = 0;
   for (const auto& b : s.buckets) {
     const int64_t gathers = b.unit.empty() ? 1 : 2;
@@ -40,7 +40,7 @@ TEST(Traffic, MicroBatchesMultiplyThePerMicroBatchCollectives) {
   const auto two = load(tiny_yaml(), 4, {"training.global_batch_size=16"});
   ASSERT_EQ(two.resolved->layout.num_accumulation_steps, 2);
   const auto& dims = one.resolved->layout.dims;
-  const StateBytes s = state_bytes(held_parameters(one.config, *one.resolved, 0), dims, 0, true);
+  const StateBytes s = state_bytes(held_parameters(one.config, *one.resolved, 0), dims, 0);
   int64_t root = 0;
   for (const auto& b : s.buckets)
     if (b.unit.empty()) root += 3 * b.shard_elements * 4 * 2;  // its gather and its reduce, once per step
@@ -51,7 +51,7 @@ TEST(Traffic, HsdpAllReducesTheShardGradsOverReplicas) {
   const auto c = load(tiny_yaml(), 4, {"parallelism.data_parallel_shard=2"});
   const auto& dims = c.resolved->layout.dims;
   ASSERT_EQ(dims.dp_replicate(), 2);
-  const StateBytes s = state_bytes(held_parameters(c.config, *c.resolved, 0), dims, 0, true);
+  const StateBytes s = state_bytes(held_parameters(c.config, *c.resolved, 0), dims, 0);
   int64_t expected = 0;
   for (const auto& b : s.buckets) expected += all_reduce_bytes(b.shard_elements, 4, 2);
   EXPECT_EQ(traffic(c, 0).at("dp_replicate"), expected);

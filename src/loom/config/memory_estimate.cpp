@@ -86,7 +86,8 @@ std::int64_t layer_saved_bytes(const models::ModelArgs& a, std::int64_t index, b
 // grads take the room of the rebuilt tensors they free (measured by plan_check_test.py).
 std::int64_t layer_backward_bytes(const models::ModelArgs& a, std::int64_t index, bool rebuilt, const MicroBatch& m) {
   const std::int64_t D = a.hidden_size, cb = m.cb;
-  if (rebuilt) return layer_saved_bytes(a, index, false, m);
+  // A recomputed layer's backward runs on its rebuilt forward: those tensors and the grads.
+  if (rebuilt) return layer_saved_bytes(a, index, false, m) + layer_backward_bytes(a, index, false, m);
   std::int64_t b = 2 * tensor_bytes(m.split, D, cb);
   if (a.is_moe_layer(index)) {
     // The experts' grads are formed and freed one expert group at a time; what stays is the grad

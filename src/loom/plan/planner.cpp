@@ -1,6 +1,8 @@
 #include "loom/plan/planner.h"
 
 #include <algorithm>
+#include <limits>
+#include <set>
 
 #include "loom/config/memory_estimate.h"
 #include "loom/core/error.h"
@@ -17,21 +19,91 @@ bool recomputed(const memory::RecomputeOptions& r, int64_t layer) {
   return false;  // selective recompute rebuilds a part of the layer: its FLOPs are not added
 }
 
-// Micro-batches (chunk-sized pieces under interleaving) pipeline rank p holds at its peak, and
-// the fraction of the stage's activations each is: counted off the schedule the trainer runs
-// (train/pipeline_schedule.h), the most chunks whose forward has run and whose backward has not.
-std::pair<int64_t, double> in_flight(const config::ResolvedConfig& r, int p) {
+// Micro-batches (chunk-sized pieces under interleaving) pipeline rank p holds, counted off the
+// schedule the trainer runs (train/pipeline_schedule.h): at most (the chunks whose forward has run
+// and whose backward has not), and at most when a backward starts after its chunk's first one
+// (from then on the chunk's units hold the full grads they accumulate over the step).
+struct InFlight {
+  int64_t peak = 1;
+  int64_t with_grads = 0;  // 0: no backward follows its chunk's first (one micro-batch per step)
+  double fraction = 1.0;   // of the stage's activations each one is (1/v)
+};
+
+InFlight in_flight(const config::ResolvedConfig& r, int p) {
   const auto& pipe = r.layout.pipeline;
   const int pp = r.layout.dims.pp();
-  if (!pipe || pp <= 1) return {1, 1.0};
+  if (!pipe || pp <= 1) return {};
   const int v = pipe->interleave_num;
   const auto kind = pipe->schedule == "gpipe" ? train::PipelineScheduleKind::gpipe : train::PipelineScheduleKind::one_f_one_b;
-  int64_t live = 0, peak = 0;
+  InFlight f{0, 0, 1.0 / v};
+  std::set<int> chunks_with_grads;
+  int64_t live = 0;
   for (const train::PipelineAction& a : train::pipeline_order(pp, p, v, r.layout.num_accumulation_steps, kind)) {
-    live += a.kind == train::PipelineAction::Kind::forward ? 1 : -1;
-    peak = std::max(peak, live);
+    if (a.kind == train::PipelineAction::Kind::forward) {
+      f.peak = std::max(f.peak, ++live);
+      continue;
+    }
+    if (!chunks_with_grads.insert(a.chunk).second) f.with_grads = std::max(f.with_grads, live);
+    --live;
   }
-  return {peak, 1.0 / v};
+  return f;
+}
+
+// What one rank holds on top of its state at the worst moment of a step: FSDP's gathered bytes
+// and the activations, from the moments the FSDP units go through (dist/fsdp.h). Without FSDP it
+// is the saved activations and the larger of the backward's transient and the attention's
+// exchange. With FSDP the root unit (parameters and full grads) is held throughout, and per unit
+// u, with the other units' parameters too when they stay gathered (reshard 'never'):
+//   gather     before u's backward (reshard) or in its forward ('never'): its parameters and the
+//              all-gather's receive buffer, the activations saved so far
+//   MLP        the backward's transient (config::backward_transient_bytes), before u's weight
+//              grads: the MLP's activation grads come first
+//   attention  u's full grads (the MLP's weight grads, most of them, are formed by then) and the
+//              context-parallel exchange
+//   reduce     once u's grads are complete (its layer's saved tensors freed by then): its full
+//              grads and the packed send buffer
+// Under pipeline parallelism the units accumulate their full grads unreduced over the step
+// (set_requires_gradient_sync) and reduce them in the last micro-batch's backward, so every
+// backward after a chunk's first runs with every unit's grads held (counted for all of the
+// stage's units: an upper bound under interleaving), with the micro-batches in flight then.
+struct Moment {
+  int64_t fsdp = 0, activations = 0;
+  int64_t in_flight = 1;  // micro-batches (chunks) whose activations are held then
+  int64_t total() const { return fsdp + activations; }
+};
+
+Moment peak_moment(const StateBytes& s, bool reshard, bool accumulates_unreduced, const InFlight& flight,
+                   int64_t micro, int64_t smallest_layer, int64_t transient, int64_t exchange) {
+  auto saved_by = [&](int64_t chunks) {
+    return static_cast<int64_t>(static_cast<double>(micro) * flight.fraction * static_cast<double>(chunks));
+  };
+  const int64_t saved = saved_by(flight.peak), saved_with_grads = saved_by(flight.with_grads);
+  Moment worst{0, saved + std::max(transient, exchange), flight.peak};
+  if (!s.fsdp) return worst;
+  int64_t root = 0, all_params = 0, all_grads = 0;
+  for (const StateBytes::FsdpUnit& u : s.fsdp_units) {
+    if (u.unit.empty()) root += u.param_bytes + u.grad_bytes;
+    else all_params += u.param_bytes, all_grads += u.grad_bytes;
+  }
+  auto consider = [&](int64_t fsdp, int64_t activations, int64_t chunks) {
+    const Moment m{fsdp, std::max<int64_t>(0, activations), chunks};
+    if (m.total() > worst.total()) worst = m;
+  };
+  consider(root + (reshard ? 0 : all_params), saved + transient, flight.peak);  // the head's backward
+  for (const StateBytes::FsdpUnit& u : s.fsdp_units) {
+    if (u.unit.empty()) continue;
+    const int64_t held = root + (reshard ? u.param_bytes : all_params);
+    consider(held + u.gather_buffer_bytes, saved, flight.peak);
+    consider(held, saved + transient, flight.peak);
+    consider(held + u.grad_bytes, saved + exchange, flight.peak);
+    if (!accumulates_unreduced) {
+      consider(held + u.grad_bytes + u.reduce_buffer_bytes, saved - smallest_layer, flight.peak);
+    } else if (flight.with_grads > 0) {
+      consider(held + all_grads, saved_with_grads + std::max(transient, exchange), flight.with_grads);
+      consider(held + all_grads + u.reduce_buffer_bytes, saved_with_grads - smallest_layer, flight.with_grads);
+    }
+  }
+  return worst;
 }
 
 bool crosses_nodes(const std::vector<int>& members, int per_node) {
@@ -94,16 +166,17 @@ Plan make_plan(const config::TrainConfig& config, const config::ResolvedConfig& 
       if (recomputed(resolved.recompute, l)) recompute_per_token += f / 3;  // one more forward
       if (!(gpu && resolved.swap.enable && resolved.swap.layers.count(l))) device_layers.push_back(l);
     }
-    const auto [flight, fraction] = in_flight(resolved, p);
+    const InFlight flight = in_flight(resolved, p);
     const int64_t micro = config::micro_batch_activation_bytes(config, a, resolved.layout, resolved.recompute, seq,
                                                                device_layers);
     // On top of what the micro-batches in flight keep: the worst moment of one backward
-    // (config::backward_transient_bytes), and under context parallelism the attention's exchange.
-    int64_t transient = config::backward_transient_bytes(config, a, resolved.layout, resolved.recompute, seq,
-                                                         device_layers, head);
+    // (config::backward_transient_bytes), or under context parallelism the attention's exchange.
+    const int64_t transient = config::backward_transient_bytes(config, a, resolved.layout, resolved.recompute, seq,
+                                                               device_layers, head);
     // Context parallelism: the ring keeps the K/V blocks of every peer it received in the step
     // (c - 1), its own and the dK/dV it passes on (measured: grows with c); Ulysses the packed
     // send and receive copies of q, k, v and the output.
+    int64_t exchange = 0;
     if (d.cp() > 1) {
       const int64_t T = config.training.local_batch_size * seq / d.cp();
       const int64_t H = a.num_attention_heads / d.tp(), act = static_cast<int64_t>(dtype_size(a.compute_dtype));
@@ -111,11 +184,13 @@ Plan make_plan(const config::TrainConfig& config, const config::ResolvedConfig& 
                                                  : std::max<int64_t>(1, a.num_key_value_heads / d.tp()) * a.head_dim;
       const int64_t v = a.multi_latent_attention ? H * a.v_head_dim : k;
       const int64_t q = a.multi_latent_attention ? k : H * a.head_dim;
-      transient += config.parallelism.context_parallel_method == "colossal" ? (d.cp() + 1) * T * (k + v) * act
+      exchange = config.parallelism.context_parallel_method == "colossal" ? (d.cp() + 1) * T * (k + v) * act
                                                                               : 2 * T * (q + k + v + q) * act;
     }
-    const int64_t activations =
-        static_cast<int64_t>(static_cast<double>(micro) * fraction * static_cast<double>(flight)) + transient;
+    int64_t smallest_layer = device_layers.empty() ? 0 : std::numeric_limits<int64_t>::max();
+    for (int64_t l : device_layers)
+      smallest_layer = std::min(smallest_layer, config::micro_batch_activation_bytes(
+                                                    config, a, resolved.layout, resolved.recompute, seq, {l}));
 
     // Ranks of the stage, grouped by what they hold (FSDP's last rows make the optimizer state
     // of the last shard ranks smaller).
@@ -123,7 +198,7 @@ Plan make_plan(const config::TrainConfig& config, const config::ResolvedConfig& 
     for (int r = first; r < d.world_size(); ++r) {
       if (d.coordinates(r).pp != p) continue;
       if (!options.roles && r != first) break;
-      StateBytes s = state_bytes(held, d, r, reshard);
+      StateBytes s = state_bytes(held, d, r);
       auto same = [&](const RolePlan& role) {
         return role.state.parameter_bytes == s.parameter_bytes && role.state.gradient_bytes == s.gradient_bytes &&
                role.state.optimizer_bytes == s.optimizer_bytes;
@@ -141,10 +216,13 @@ Plan make_plan(const config::TrainConfig& config, const config::ResolvedConfig& 
     for (size_t i = 0; i < stage_roles.size(); ++i) {
       RolePlan& role = stage_roles[i];
       role.name = "pp stage " + std::to_string(p) + (stage_roles.size() > 1 ? " (" + std::string(1, 'a' + i) + ")" : "");
-      role.activation_peak_bytes = activations;
-      role.activations_in_flight = flight;
+      const Moment peak = peak_moment(role.state, reshard, d.pp() > 1, flight, micro, smallest_layer, transient,
+                                      exchange);
+      role.fsdp_held_bytes = peak.fsdp;
+      role.activation_peak_bytes = peak.activations;
+      role.activations_in_flight = peak.in_flight;
       role.peak_bytes = role.state.parameter_bytes + role.state.gradient_bytes + role.state.optimizer_bytes +
-                        role.state.gathered_bytes + activations;
+                        peak.total();
       role.flops_per_step = flops_per_token * rank_tokens;
       role.bytes_sent_per_step = bytes_sent_per_step(config, resolved, p, role.state, seq);
       role.compute_time_s = (flops_per_token + recompute_per_token) * rank_tokens / peak_flops;

@@ -45,6 +45,9 @@ struct RolePlan {
   std::optional<int> ep_rank;   // set when ranks of a stage differ by expert rank (they do not: E/ep each)
   std::vector<int> ranks;
   StateBytes state;
+  // At the rank's worst moment (planner.cpp peak_moment): what FSDP holds gathered (the root
+  // unit, units' full parameters, grads and buffers) and the activations.
+  int64_t fsdp_held_bytes = 0;
   int64_t activation_peak_bytes = 0;
   int64_t activations_in_flight = 1;  // micro-batches (chunks under interleaving) held at the peak
   int64_t peak_bytes = 0;

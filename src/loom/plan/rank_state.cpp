@@ -80,8 +80,7 @@ bool reshard_after_forward(const config::ParallelismConfig& parallelism, const d
   return dist::reshard_after_forward(train::fsdp_options(parallelism, dims));
 }
 
-StateBytes state_bytes(const std::vector<HeldParameter>& params, const dist::ParallelDims& dims, int rank,
-                       bool reshard) {
+StateBytes state_bytes(const std::vector<HeldParameter>& params, const dist::ParallelDims& dims, int rank) {
   StateBytes s;
   const bool experts_on_ep = std::any_of(params.begin(), params.end(), [](const HeldParameter& p) { return p.expert; });
   s.fsdp = fsdp_applied(dims, experts_on_ep);
@@ -121,20 +120,24 @@ StateBytes state_bytes(const std::vector<HeldParameter>& params, const dist::Par
       if (p.dtype != DType::f32) s.optimizer_bytes += own * 4;  // the fp32 master copy
     }
   }
-  // Gathered at the worst moment: per unit its full parameters (+ their fp32 full grads while
-  // its backward runs).
-  std::map<std::string, int64_t> unit_full;
+  // Per unit what FSDP allocates while it works on it (fsdp_unit.cpp): the full parameters in the
+  // gather dtype and their fp32 full grads; unshard's receive buffer and reduce_grads' packed send
+  // buffer, one bucket at a time, shard·n elements each.
+  std::map<std::string, size_t> unit_of;
   for (const StateBytes::Bucket& b : s.buckets) {
     s.parameter_bytes += b.shard_elements * static_cast<int64_t>(dtype_size(b.dtype));
     s.gradient_bytes += b.shard_elements * 4;
-    unit_full[b.unit] += b.full_elements * (static_cast<int64_t>(dtype_size(b.gather_dtype)) + (b.trainable ? 4 : 0));
+    auto [it, fresh] = unit_of.emplace(b.unit, s.fsdp_units.size());
+    if (fresh) s.fsdp_units.push_back({b.unit});
+    StateBytes::FsdpUnit& u = s.fsdp_units[it->second];
+    const int64_t gather_size = static_cast<int64_t>(dtype_size(b.gather_dtype));
+    u.param_bytes += b.full_elements * gather_size;
+    if (b.group_size > 1) u.gather_buffer_bytes = std::max(u.gather_buffer_bytes, b.shard_elements * b.group_size * gather_size);
+    if (b.trainable) {
+      u.grad_bytes += b.full_elements * 4;
+      u.reduce_buffer_bytes = std::max(u.reduce_buffer_bytes, b.shard_elements * b.group_size * 4);
+    }
   }
-  int64_t root = 0, largest = 0, all = 0;
-  for (const auto& [unit, bytes] : unit_full) {
-    if (unit.empty()) root = bytes;
-    else largest = std::max(largest, bytes), all += bytes;
-  }
-  s.gathered_bytes = root + (reshard ? largest : all);
   return s;
 }
 

@@ -27,10 +27,10 @@
 //   optimizer_bytes  Optimizer::state_bytes of the rank's own rows (no padding): AdamW two fp32
 //                    moments, Muon one fp32 momentum for the matrices it orthogonalises (AdamW
 //                    moments for the rest), plus an fp32 master copy of every non-fp32 parameter
-//   gathered_bytes   what FSDP holds gathered at the worst moment: the largest unit's full
-//                    parameters and fp32 full grads (reshard after forward), or every unit of the
-//                    stage (reshard 'never', the default under pipeline parallelism), plus the
-//                    root unit, which stays gathered from the first forward to the end of backward
+//   fsdp_units       per unit what FSDP allocates while it works on it: the full parameters in
+//                    their gather dtype, their fp32 full grads, and the largest bucket's all-gather
+//                    receive and reduce-scatter send buffers; the planner (planner.h) places them
+//                    at the moments of a step
 #pragma once
 
 #include <cstdint>
@@ -65,7 +65,6 @@ struct StateBytes {
   int64_t parameter_bytes = 0;
   int64_t gradient_bytes = 0;
   int64_t optimizer_bytes = 0;
-  int64_t gathered_bytes = 0;  // FSDP's transient full parameters and grads at the worst moment
   // Parameters of the rank's own FSDP rows, before padding (what the optimizer steps).
   int64_t local_parameter_elements = 0;
   // Bytes of each FSDP bucket's flat shard, by shard group ("fsdp", "efsdp"), per unit: what one
@@ -81,6 +80,14 @@ struct StateBytes {
     bool trainable = false;
   };
   std::vector<Bucket> buckets;  // empty without FSDP
+  struct FsdpUnit {
+    std::string unit;                  // "" = the root unit
+    int64_t param_bytes = 0;           // full parameters, gather dtype
+    int64_t grad_bytes = 0;            // full fp32 grads of the trainable ones
+    int64_t gather_buffer_bytes = 0;   // unshard's receive buffer (largest bucket; 0 when n = 1)
+    int64_t reduce_buffer_bytes = 0;   // reduce_grads' packed send buffer (largest trainable bucket)
+  };
+  std::vector<FsdpUnit> fsdp_units;  // in bucket order; empty without FSDP
   bool fsdp = false;
 };
 
@@ -89,9 +96,8 @@ struct StateBytes {
 bool fsdp_applied(const dist::ParallelDims& dims, bool has_routed_experts_on_ep);
 
 // The bytes of rank `rank` (its shard ranks on "fsdp" and "efsdp" decide its rows) holding
-// `params`. `reshard_after_forward`: the FSDP policy as it takes effect.
-StateBytes state_bytes(const std::vector<HeldParameter>& params, const dist::ParallelDims& dims, int rank,
-                       bool reshard_after_forward);
+// `params`.
+StateBytes state_bytes(const std::vector<HeldParameter>& params, const dist::ParallelDims& dims, int rank);
 
 // reshard_after_forward_policy as dist/fsdp.cpp applies it ('default': always without pipeline
 // parallelism, never with it).

@@ -71,7 +71,7 @@ Json plan_json(const Plan& p, bool roles) {
                                 {"flops_per_step", r.flops_per_step},
                                 {"bytes_sent_per_step", sent},
                                 {"step_time_s", r.step_time_s},
-                                {"fsdp_gathered_bytes", r.state.gathered_bytes},
+                                {"fsdp_gathered_bytes", r.fsdp_held_bytes},
                                 {"activations_in_flight", r.activations_in_flight},
                                 {"compute_time_s", r.compute_time_s},
                                 {"memory_time_s", r.memory_time_s},
@@ -105,8 +105,8 @@ std::string plan_text(const Plan& p) {
     o << "  parameters      " << format_bytes(r.state.parameter_bytes) << " (" << r.state.parameter_bytes << " B)\n";
     o << "  main grads      " << format_bytes(r.state.gradient_bytes) << " (" << r.state.gradient_bytes << " B)\n";
     o << "  optimizer       " << format_bytes(r.state.optimizer_bytes) << " (" << r.state.optimizer_bytes << " B)\n";
-    if (r.state.gathered_bytes)
-      o << "  fsdp gathered   " << format_bytes(r.state.gathered_bytes) << " at most\n";
+    if (r.fsdp_held_bytes)
+      o << "  fsdp gathered   " << format_bytes(r.fsdp_held_bytes) << " at the peak\n";
     o << "  activations     " << format_bytes(r.activation_peak_bytes) << " (" << r.activations_in_flight
       << " in flight)\n";
     o << "  peak            " << format_bytes(r.peak_bytes) << "\n";
