@@ -69,7 +69,8 @@ UnitSums unit_sums(const StateBytes& s) {
   UnitSums u;
   for (const StateBytes::FsdpUnit& f : s.fsdp_units) {
     if (f.unit.empty()) u.root += f.param_bytes + f.grad_bytes;
-    else u.params += f.param_bytes, u.grads += f.grad_bytes, u.largest = std::max(u.largest, f.param_bytes + f.grad_bytes);
+    else
+      u.params += f.param_bytes, u.grads += f.grad_bytes, u.largest = std::max(u.largest, f.param_bytes + f.grad_bytes);
   }
   return u;
 }

@@ -82,11 +82,10 @@ std::int64_t layer_saved_bytes(const models::ModelArgs& a, std::int64_t index, b
 
 // What the backward of layer `index` holds beside the saved tensors at its worst moment: the MLP's
 // grads (of fc1's output and of the activation; in an MoE layer the grad of its routed rows) and
-// the residual grad coming in and going out. A recomputed layer holds its rebuilt forward; its
-// grads take the room of the rebuilt tensors they free (measured by plan_check_test.py).
+// the residual grad coming in and going out. A recomputed layer holds its rebuilt forward and
+// those grads (measured by plan_check_test.py under FSDP).
 std::int64_t layer_backward_bytes(const models::ModelArgs& a, std::int64_t index, bool rebuilt, const MicroBatch& m) {
   const std::int64_t D = a.hidden_size, cb = m.cb;
-  // A recomputed layer's backward runs on its rebuilt forward: those tensors and the grads.
   if (rebuilt) return layer_saved_bytes(a, index, false, m) + layer_backward_bytes(a, index, false, m);
   std::int64_t b = 2 * tensor_bytes(m.split, D, cb);
   if (a.is_moe_layer(index)) {

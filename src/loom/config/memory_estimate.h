@@ -53,7 +53,7 @@ std::int64_t micro_batch_activation_bytes(const TrainConfig& config, const model
                                           std::int64_t seq_length, const std::vector<std::int64_t>& layers);
 
 // The most one backward holds on top of the saved activations: the largest of one of `layers`'
-// (its MLP's grads and the residual grads; a recomputed layer's rebuilt forward) and, with
+// (its MLP's grads and the residual grads; a recomputed layer's rebuilt forward with them) and, with
 // `head` (the stage that runs it), the head's tensors (the final norm's output, the fused loss's
 // grad of the hidden states) with the loss's chunk of fp32 logits. The planner adds it to the
 // micro-batches in flight.

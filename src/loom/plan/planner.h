@@ -8,10 +8,12 @@
 //                 each rounded to the allocator's size class) for the stage's layers, times the
 //                 micro-batches the schedule keeps in flight (counted off train::pipeline_order:
 //                 1 without pipelining; chunks of 1/v of the stage under interleaving), plus the
-//                 worst moment of one backward (config::backward_transient_bytes: a layer's grads,
-//                 or on the last stage the head's tensors) and under context parallelism the
-//                 attention's exchange buffers. Swapped layers (swap.layer_swap) leave the device on a GPU
+//                 backward's transient (config::backward_transient_bytes: a layer's grads, or on
+//                 the last stage the head's tensors) or under context parallelism the attention's
+//                 exchange buffers. Swapped layers (swap.layer_swap) leave the device on a GPU
 //                 profile; on the cpu profile host memory is the device, so nothing leaves.
+//   peak          the worst moment of the step (planner.cpp peak_moment): with FSDP each unit's
+//                 gather, MLP and attention backward and reduce, with what FSDP holds then
 //   FLOPs         models::layer_flops_per_token / head_flops_per_token for the stage's layers,
 //                 over the rank's tokens (its data shard, 1/cp of the sequence, 1/tp of the work)
 //   traffic       traffic.h, bytes per mesh axis as ProcessGroup::stats counts them

@@ -132,7 +132,8 @@ StateBytes state_bytes(const std::vector<HeldParameter>& params, const dist::Par
     StateBytes::FsdpUnit& u = s.fsdp_units[it->second];
     const int64_t gather_size = static_cast<int64_t>(dtype_size(b.gather_dtype));
     u.param_bytes += b.full_elements * gather_size;
-    if (b.group_size > 1) u.gather_buffer_bytes = std::max(u.gather_buffer_bytes, b.shard_elements * b.group_size * gather_size);
+    if (b.group_size > 1)
+      u.gather_buffer_bytes = std::max(u.gather_buffer_bytes, b.shard_elements * b.group_size * gather_size);
     if (b.trainable) {
       u.grad_bytes += b.full_elements * 4;
       u.reduce_buffer_bytes = std::max(u.reduce_buffer_bytes, b.shard_elements * b.group_size * 4);
