@@ -23,7 +23,8 @@ fails the test.
   dense     fsdp 2 (2 micro-batches accumulated), fsdp 4, hsdp 2x2, fsdp 2 under full recompute
   tensor    tp 2 (+SP), tp 2 x fsdp 2, tp 2 x hsdp 2x2 (8 ranks)
   context   cp 2 ring, cp 2 Ulysses, cp 4 ring, cp 2 x fsdp 2, cp 2 x tp 2
-  pipeline  pp 2 1F1B, pp 2 interleaved v 2, pp 2 x fsdp 2, pp 2 x tp 2, pp 2 x cp 2, pp 2 x fsdp 2 x tp 2
+  pipeline  pp 2 1F1B, pp 2 interleaved v 2, pp 2 x fsdp 2, pp 2 x tp 2, pp 2 x cp 2, pp 2 x fsdp 2 x tp 2,
+            pp 2 v 2 x fsdp 2
   expert    Qwen3-MoE, every token to every expert: ep 2 (all-to-all), ep 4, ep 2 x efsdp 2, ep 2 x tp 2,
             cp 2 x ep 2, pp 2 x ep 2
 
@@ -71,7 +72,8 @@ CASES = {
     "pipeline": [("pp2_1f1b", 2, LLAMA, par(pp=2), "", -1), ("pp2_v2", 2, LLAMA, par(pp=2, v=2), "", -1),
                  ("pp2xfsdp2", 4, LLAMA, par(pp=2), "", -1), ("pp2xtp2", 4, LLAMA, par(pp=2, tp=2), "", -1),
                  ("pp2xcp2", 4, LLAMA_CP, par(pp=2, cp=2), "", -1),
-                 ("pp2xfsdp2xtp2", 8, LLAMA, par(pp=2, tp=2), "", -1)],
+                 ("pp2xfsdp2xtp2", 8, LLAMA, par(pp=2, tp=2), "", -1),
+                 ("pp2_v2xfsdp2", 4, LLAMA, par(pp=2, v=2), "", -1)],
     "expert": [("ep2", 2, MOE, par(ep=2), "", -1), ("ep4", 4, MOE, par(ep=4), "", -1),
                ("ep2xefsdp2", 4, MOE, par(ep=2), "", -1), ("ep2xtp2", 2, MOE, par(ep=2, tp=2), "", -1),
                ("cp2xep2", 2, MOE + "  use_attn_mask_compression: True\n", par(cp=2, ep=2), "", -1),
