@@ -79,6 +79,23 @@ TEST(MemoryEstimate, BytesComeFromTheModelAccountingAndThePolicy) {
   EXPECT_EQ(two.resolved->memory->host_bytes(), 2 * two.resolved->memory->per_rank_bytes());
 }
 
+TEST(MemoryEstimate, ContextParallelExchangeIsTheRingsBlocksOrUlyssesPackedCopies) {
+  ScopedEnv limit("LOOM_MEMORY_LIMIT", "off");
+  auto exchange = [](const std::string& parallel, int world) {
+    LoadedConfig c = load(tiny("  use_attn_mask_compression: True\nparallelism:\n" + parallel), world);
+    EXPECT_TRUE(c.resolved.has_value());
+    return context_parallel_exchange_bytes(c.config, c.resolved->model_args(), c.resolved->layout, 32);
+  };
+  // cp 2: 2·16 tokens per rank in fp32; a K or V block is [32, 2 heads·8] = 2 KiB, q and the
+  // output [32, 4·8] = 4 KiB.
+  EXPECT_EQ(exchange("  context_parallel: 1\n", 1), 0);
+  EXPECT_EQ(exchange("  context_parallel: 2\n", 2), 3 * (2048 + 2048));  // its own, a peer's, dK/dV
+  EXPECT_EQ(exchange("  context_parallel: 2\n  context_parallel_method: ulysses\n", 2),
+            2 * (2 * 4096 + 2048 + 2048));  // send and receive copies of q, k, v, out
+  // cp 4 ring: a quarter of the tokens per block, five blocks.
+  EXPECT_EQ(exchange("  context_parallel: 4\n", 4), 5 * (1024 + 1024));
+}
+
 TEST(MemoryEstimate, ARunTheHostCannotHoldIsAGapWithTheNumbersAndTheFix) {
   {
     ScopedEnv limit("LOOM_MEMORY_LIMIT", "100K");

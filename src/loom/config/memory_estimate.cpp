@@ -202,6 +202,27 @@ std::int64_t backward_transient_bytes(const TrainConfig& c, const models::ModelA
   return worst;
 }
 
+std::int64_t context_parallel_exchange_bytes(const TrainConfig& c, const models::ModelArgs& a,
+                                             const ParallelLayout& layout, std::int64_t seq_length) {
+  const std::int64_t cp = layout.dims.cp();
+  if (cp <= 1) return 0;
+  const MicroBatch m = micro_batch(c, a, layout, seq_length);
+  const std::int64_t H = per_tp(a.num_attention_heads, m.tp);
+  const bool mla = a.multi_latent_attention;
+  const std::int64_t q = mla ? H * (a.qk_nope_head_dim + a.qk_rope_head_dim) : H * a.head_dim;
+  const std::int64_t k = mla ? q : per_tp(a.num_key_value_heads, m.tp) * a.head_dim;
+  const std::int64_t v = mla ? H * a.v_head_dim : k;
+  const std::int64_t kv_block = tensor_bytes(m.tokens, k, m.cb) + tensor_bytes(m.tokens, v, m.cb);
+  const std::int64_t packed = 2 * (2 * tensor_bytes(m.tokens, q, m.cb) + kv_block);
+  const std::string& method = c.parallelism.context_parallel_method;
+  if (method == "colossal") return (cp + 1) * kv_block;
+  if (method == "ulysses") return packed;
+  // hybrid: Ulysses inside rows of u ranks, the ring over the cp / u rows (a block after the
+  // all-to-all holds u times the tokens of 1/u of the heads: the same bytes).
+  const std::int64_t u = std::max(1, c.parallelism.ulysses_degree_in_cp.value_or(1));
+  return packed + (cp / u + 1) * kv_block;
+}
+
 MemoryEstimate estimate_memory(const TrainConfig& c, const models::ModelArgs& a, const ParallelLayout& layout,
                                const memory::RecomputeOptions& recompute, std::int64_t seq_length, int ranks_per_host) {
   MemoryEstimate e;

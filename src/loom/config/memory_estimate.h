@@ -61,6 +61,13 @@ std::int64_t backward_transient_bytes(const TrainConfig& config, const models::M
                                       const ParallelLayout& layout, const memory::RecomputeOptions& recompute,
                                       std::int64_t seq_length, const std::vector<std::int64_t>& layers, bool head);
 
+// Under context parallelism (0 without) what the attention's exchange holds during its backward:
+// the ring ("colossal") keeps the K/V blocks of every peer it received in the step, its own and
+// the dK/dV it passes on, (cp + 1) blocks; Ulysses the packed send and receive copies of q, k, v
+// and the output; hybrid both, its ring over cp / ulysses_degree_in_cp ranks.
+std::int64_t context_parallel_exchange_bytes(const TrainConfig& config, const models::ModelArgs& model,
+                                             const ParallelLayout& layout, std::int64_t seq_length);
+
 // Throws models::SizeOverflow naming the fields when a product of sizes does not fit 64 bits.
 MemoryEstimate estimate_memory(const TrainConfig& config, const models::ModelArgs& model, const ParallelLayout& layout,
                                const memory::RecomputeOptions& recompute, std::int64_t seq_length, int ranks_per_host);

@@ -14,9 +14,10 @@ namespace loom::plan {
 
 namespace {
 
-bool recomputed(const memory::RecomputeOptions& r, int64_t layer) {
-  if (r.mode == memory::RecomputeOptions::Mode::full) return r.full_layers.count(layer) > 0;
-  return false;  // selective recompute rebuilds a part of the layer: its FLOPs are not added
+// A layer whose whole forward runs again in the backward: its FLOPs count once more (selective
+// recompute rebuilds a part of the layer; its FLOPs are not added).
+bool fully_recomputed(const memory::RecomputeOptions& r, int64_t layer) {
+  return r.mode == memory::RecomputeOptions::Mode::full && r.full_layers.count(layer) > 0;
 }
 
 // Micro-batches (chunk-sized pieces under interleaving) pipeline rank p holds, counted off the
@@ -163,7 +164,7 @@ Plan make_plan(const config::TrainConfig& config, const config::ResolvedConfig& 
     for (int64_t l : layers) {
       const double f = models::layer_flops_per_token(a, l, seq);
       flops_per_token += f;
-      if (recomputed(resolved.recompute, l)) recompute_per_token += f / 3;  // one more forward
+      if (fully_recomputed(resolved.recompute, l)) recompute_per_token += f / 3;  // one more forward
       if (!(gpu && resolved.swap.enable && resolved.swap.layers.count(l))) device_layers.push_back(l);
     }
     const InFlight flight = in_flight(resolved, p);
@@ -173,20 +174,7 @@ Plan make_plan(const config::TrainConfig& config, const config::ResolvedConfig& 
     // (config::backward_transient_bytes), or under context parallelism the attention's exchange.
     const int64_t transient = config::backward_transient_bytes(config, a, resolved.layout, resolved.recompute, seq,
                                                                device_layers, head);
-    // Context parallelism: the ring keeps the K/V blocks of every peer it received in the step
-    // (c - 1), its own and the dK/dV it passes on (measured: grows with c); Ulysses the packed
-    // send and receive copies of q, k, v and the output.
-    int64_t exchange = 0;
-    if (d.cp() > 1) {
-      const int64_t T = config.training.local_batch_size * seq / d.cp();
-      const int64_t H = a.num_attention_heads / d.tp(), act = static_cast<int64_t>(dtype_size(a.compute_dtype));
-      const int64_t k = a.multi_latent_attention ? H * (a.qk_nope_head_dim + a.qk_rope_head_dim)
-                                                 : std::max<int64_t>(1, a.num_key_value_heads / d.tp()) * a.head_dim;
-      const int64_t v = a.multi_latent_attention ? H * a.v_head_dim : k;
-      const int64_t q = a.multi_latent_attention ? k : H * a.head_dim;
-      exchange = config.parallelism.context_parallel_method == "colossal" ? (d.cp() + 1) * T * (k + v) * act
-                                                                              : 2 * T * (q + k + v + q) * act;
-    }
+    const int64_t exchange = config::context_parallel_exchange_bytes(config, a, resolved.layout, seq);
     int64_t smallest_layer = device_layers.empty() ? 0 : std::numeric_limits<int64_t>::max();
     for (int64_t l : device_layers)
       smallest_layer = std::min(smallest_layer, config::micro_batch_activation_bytes(
