@@ -180,3 +180,35 @@ TEST(ParallelDims, ExpertGroups) {
   EXPECT_EQ(h.efsdp(), 1);
   EXPECT_EQ(h.group_ranks("ep", 9), (std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15}));
 }
+
+// Every group, for every axis and rank of mixed layouts, is exactly the ranks that share the
+// rank's coordinates outside the axis (the definition, by a scan of the world).
+TEST(ParallelDims, GroupRanksAreTheRanksSharingEveryOtherCoordinate) {
+  const std::vector<std::pair<int, ParallelDegrees>> layouts = {
+      {48, deg(2, 2, 3, 2, 3)}, {32, deg(4, 2, 2, 1, 4)}, {24, deg(-1, 3, 1, 2, 1)}, {16, deg(2, 1, 2, 2, 2)}};
+  for (const auto& [world, degrees] : layouts) {
+    const ParallelDims d = ParallelDims::infer(world, degrees);
+    auto same = [&](const std::string& axis, int a, int b) {
+      const RankCoordinates x = d.coordinates(a), y = d.coordinates(b);
+      const bool pp = x.pp == y.pp, rep = x.dp_replicate == y.dp_replicate, shard = x.dp_shard == y.dp_shard,
+                 cp = x.cp == y.cp, tp = x.tp == y.tp;
+      if (axis == "pp") return rep && shard && cp && tp;
+      if (axis == "dp_replicate") return pp && shard && cp && tp;
+      if (axis == "dp_shard") return pp && rep && cp && tp;
+      if (axis == "cp") return pp && rep && shard && tp;
+      if (axis == "tp") return pp && rep && shard && cp;
+      if (axis == "fsdp") return pp && rep && tp;
+      if (axis == "batch") return pp && cp && tp;
+      if (axis == "loss") return pp && tp;
+      if (axis == "ep") return pp && rep && d.efsdp_index(a) == d.efsdp_index(b);
+      return pp && rep && d.ep_index(a) == d.ep_index(b);  // efsdp
+    };
+    for (const std::string axis : {"pp", "dp_replicate", "dp_shard", "cp", "tp", "fsdp", "batch", "loss", "ep", "efsdp"})
+      for (int r = 0; r < world; ++r) {
+        std::vector<int> expected;
+        for (int q = 0; q < world; ++q)
+          if (same(axis, r, q)) expected.push_back(q);
+        EXPECT_EQ(d.group_ranks(axis, r), expected) << axis << " of rank " << r << " in a world of " << world;
+      }
+  }
+}
