@@ -79,6 +79,22 @@ TEST(MemoryEstimate, BytesComeFromTheModelAccountingAndThePolicy) {
   EXPECT_EQ(two.resolved->memory->host_bytes(), 2 * two.resolved->memory->per_rank_bytes());
 }
 
+TEST(MemoryEstimate, SelectiveRecomputeDropsTheTensorsSavedInsideTheSelectedModules) {
+  ScopedEnv limit("LOOM_MEMORY_LIMIT", "off");
+  auto activations = [](const std::string& select) {
+    return load(tiny("recompute:\n  mode: select\n  select_module:\n" + select), 1).resolved->memory->activation_bytes;
+  };
+  const int64_t layer = 108032;  // BytesComeFromTheModelAccountingAndThePolicy
+  // The MLP keeps its input (the norm output, the layer's); fc1's output and the activation go.
+  EXPECT_EQ(activations("    '.*mlp': ['0']\n"), 2 * layer - (32768 + 16384));
+  // Attention drops q, k, v, its output and the log-sum-exp; core_attention alone only the
+  // log-sum-exp (q, k, v are its inputs, the output linear_proj's).
+  EXPECT_EQ(activations("    'self_attention': ['0-1']\n"), 2 * (layer - (2 * 8192 + 2 * 4096 + 1024)));
+  EXPECT_EQ(activations("    '.*core_attention': ['1']\n"), 2 * layer - 1024);
+  // A linear keeps its input, which is all it saves: nothing changes.
+  EXPECT_EQ(activations("    'mlp.linear_fc1': ['0-1']\n"), 2 * layer);
+}
+
 TEST(MemoryEstimate, ContextParallelExchangeIsTheRingsBlocksOrUlyssesPackedCopies) {
   ScopedEnv limit("LOOM_MEMORY_LIMIT", "off");
   auto exchange = [](const std::string& parallel, int world) {

@@ -20,13 +20,14 @@ Before trusting a case the comparator is shown wrong predictions (each exact fie
 peak and the traffic off by 2x the tolerance) and must reject each: a comparison that cannot fail
 fails the test.
 
-  dense     fsdp 2 (2 micro-batches accumulated), fsdp 4, hsdp 2x2, fsdp 2 under full recompute
+  dense     fsdp 2 (2 micro-batches accumulated), fsdp 4, hsdp 2x2, fsdp 2 under full recompute, fsdp 2 under
+            selective recompute (mlp everywhere, self_attention on two layers)
   tensor    tp 2 (+SP), tp 2 x fsdp 2, tp 2 x hsdp 2x2 (8 ranks)
   context   cp 2 ring, cp 2 Ulysses, cp 4 ring, cp 2 x fsdp 2, cp 2 x tp 2
   pipeline  pp 2 1F1B, pp 2 interleaved v 2, pp 2 x fsdp 2, pp 2 x tp 2, pp 2 x cp 2, pp 2 x fsdp 2 x tp 2,
             pp 2 v 2 x fsdp 2
   expert    Qwen3-MoE, every token to every expert: ep 2 (all-to-all), ep 4, ep 2 x efsdp 2, ep 2 x tp 2,
-            cp 2 x ep 2, pp 2 x ep 2
+            cp 2 x ep 2, pp 2 x ep 2, ep 2 under selective recompute (mlp.experts, core_attention)
 
 usage: plan_check_test.py --loom PATH --mpirun PATH --case dense|tensor|context|pipeline|expert [--keep DIR]
 """
@@ -51,6 +52,8 @@ LLAMA_CP = LLAMA + "  use_attn_mask_compression: True\n"  # what context paralle
 # expert (top-k = the 4 experts) makes it the same on every step and rank, so it can be predicted.
 MOE = parity.QWEN3_MOE_TP.replace("num_experts_per_tok: 2", "num_experts_per_tok: 4")
 RECOMPUTE = 'recompute:\n  mode: full\n  full_recompute_layer: ["0-3"]\n'
+SELECT_MOE = "recompute:\n  mode: select\n  select_module:\n    'mlp.experts': ['0-1']\n    '.*core_attention': ['0-1']\n"
+SELECT = "recompute:\n  mode: select\n  select_module:\n    '.*mlp': ['0-3']\n    'self_attention': ['0-1']\n"
 
 
 def par(**axes):
@@ -62,7 +65,8 @@ def par(**axes):
 # (name, world, model, parallelism lines, extra sections, data_parallel_shard)
 CASES = {
     "dense": [("fsdp2_accumulating", 2, LLAMA, "", "", -1), ("fsdp4", 4, LLAMA, "", "", -1),
-              ("hsdp2x2", 4, LLAMA, "", "", 2), ("fsdp2_full_recompute", 2, LLAMA, "", RECOMPUTE, -1)],
+              ("hsdp2x2", 4, LLAMA, "", "", 2), ("fsdp2_full_recompute", 2, LLAMA, "", RECOMPUTE, -1),
+              ("fsdp2_select_recompute", 2, LLAMA, "", SELECT, -1)],
     "tensor": [("tp2", 2, LLAMA, par(tp=2), "", -1), ("fsdp2xtp2", 4, LLAMA, par(tp=2), "", -1),
                ("hsdp2x2xtp2", 8, LLAMA, par(tp=2), "", 2)],
     "context": [("cp2_ring", 2, LLAMA_CP, par(cp=2), "", -1),
@@ -77,7 +81,8 @@ CASES = {
     "expert": [("ep2", 2, MOE, par(ep=2), "", -1), ("ep4", 4, MOE, par(ep=4), "", -1),
                ("ep2xefsdp2", 4, MOE, par(ep=2), "", -1), ("ep2xtp2", 2, MOE, par(ep=2, tp=2), "", -1),
                ("cp2xep2", 2, MOE + "  use_attn_mask_compression: True\n", par(cp=2, ep=2), "", -1),
-               ("pp2xep2", 4, MOE, par(pp=2, ep=2), "", -1)],
+               ("pp2xep2", 4, MOE, par(pp=2, ep=2), "", -1),
+               ("ep2_select_recompute", 2, MOE, par(ep=2), SELECT_MOE, -1)],
 }
 
 

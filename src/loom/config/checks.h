@@ -18,6 +18,11 @@
 
 namespace loom::config::detail {
 
+// Module paths inside one Loom decoder layer (docs/HELPERS.md naming), which `select_module`
+// and `op_name` regexes must match in full (memory_checks.cpp; the memory estimate places a
+// layer's saved tensors on them).
+std::vector<std::string> layer_module_paths(const models::ModelArgs& model);
+
 // A size a partial models::ModelArgs was not given reads 0: unknown to the rules.
 inline std::optional<std::int64_t> known_size(std::int64_t value) {
   return value > 0 ? std::optional<std::int64_t>(value) : std::nullopt;

@@ -13,10 +13,6 @@
 
 namespace loom::config::detail {
 
-namespace {
-
-// Module paths inside one Loom decoder layer (docs/HELPERS.md naming), which `select_module`
-// and `op_name` regexes must match in full.
 std::vector<std::string> layer_module_paths(const models::ModelArgs& model) {
   std::vector<std::string> paths = {"input_layernorm", "self_attention", "self_attention.core_attention",
                                     "self_attention.linear_proj", "pre_mlp_layernorm", "mlp", "mlp.linear_fc1",
@@ -34,6 +30,8 @@ std::vector<std::string> layer_module_paths(const models::ModelArgs& model) {
       paths.emplace_back(m);
   return paths;
 }
+
+namespace {
 
 struct Selection {
   std::string pattern;

@@ -5,8 +5,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <regex>
 #include <sstream>
 
+#include "loom/config/checks.h"
 #include "loom/core/allocator.h"
 #include "loom/core/error.h"
 #include "loom/kernels/cpu/cross_entropy.h"
@@ -41,53 +44,91 @@ std::int64_t tensor_bytes(std::int64_t rows, std::int64_t width, std::int64_t el
 
 std::int64_t per_tp(std::int64_t width, std::int64_t tp) { return std::max<std::int64_t>(1, ceil_div(width, tp)); }
 
+// How a layer is recomputed: wholly (it keeps its input), or the selected modules (canonical
+// paths inside the layer, detail::layer_module_paths) each keep their inputs, which are tensors
+// the layer keeps anyway, and rebuild the rest in the backward.
+struct LayerRecompute {
+  bool full = false;
+  std::vector<std::string> modules;
+  // The selected module that covers `owner` (it or a parent); "" when none does.
+  std::string covering(const std::string& owner) const {
+    for (const std::string& s : modules)
+      if (!owner.empty() && (owner == s || owner.rfind(s + ".", 0) == 0)) return s;
+    return "";
+  }
+};
+
+// What the forward of a layer leaves for its backward, and what a recompute rebuilds of it.
+struct LayerSaved {
+  std::int64_t kept = 0;
+  std::int64_t rebuilt = 0;  // the most one recomputed module (or the whole layer) rebuilds at once
+};
+
 // What the forward of decoder layer `index` leaves for its backward, tensor by tensor as the
-// modules save them: the residual stream in and after attention (sequence-split under tp); the
-// two norm outputs (under tp the column-parallel linears keep their all-gathered copies of the
-// whole sequence instead) and their fp32 1/rms; the rotated q and k, v, the attention output and
-// its fp32 log-sum-exp; the MLP's fc1 output and activation, or the MoE's router scores, the
-// routed copies of its T·K rows (permuted input, expert fc1 and activation, expert output and the
-// combined rows) and the shared experts. A recomputed layer keeps its input only.
-std::int64_t layer_saved_bytes(const models::ModelArgs& a, std::int64_t index, bool rebuilt, const MicroBatch& m) {
+// modules save them, each with the module that saves it (a tensor that is a module's input is
+// kept when that module is recomputed, so those are the layer's): the residual stream in and
+// after attention (sequence-split under tp); the two norm outputs (under tp the column-parallel
+// linears keep their all-gathered copies of the whole sequence instead) and their fp32 1/rms;
+// the rotated q and k, v, the attention output and its fp32 log-sum-exp; the MLP's fc1 output and
+// activation, or the MoE's router scores, the routed copies of its T·K rows (permuted input,
+// expert fc1 and activation, expert output and the combined rows) and the shared experts. A fully
+// recomputed layer keeps its input only.
+LayerSaved layer_saved(const models::ModelArgs& a, std::int64_t index, const LayerRecompute& r, const MicroBatch& m) {
   const std::int64_t D = a.hidden_size, T = m.tokens, Ts = m.split, tp = m.tp, cb = m.cb;
-  if (rebuilt) return tensor_bytes(Ts, D, cb);
-  std::int64_t b = 2 * tensor_bytes(Ts, D, cb) + 2 * tensor_bytes(T, D, cb) + 2 * tensor_bytes(Ts, 1, 4);
+  LayerSaved out;
+  std::map<std::string, std::int64_t> rebuilt;  // per recomputed module
+  auto save = [&](const std::string& owner, std::int64_t bytes) {
+    const std::string by = r.covering(owner);
+    if (by.empty()) out.kept = checked_add(out.kept, bytes, "activation bytes", "seq_length");
+    else rebuilt[by] += bytes;
+  };
+  save("", 2 * tensor_bytes(Ts, D, cb) + 2 * tensor_bytes(T, D, cb));  // residuals, norm outputs
+  save("input_layernorm", tensor_bytes(Ts, 1, 4));
+  save("pre_mlp_layernorm", tensor_bytes(Ts, 1, 4));
   const std::int64_t H = per_tp(a.num_attention_heads, tp);
   if (a.multi_latent_attention) {
     const std::int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
-    b += tensor_bytes(T, a.kv_lora_rank + a.qk_rope_head_dim, cb) + tensor_bytes(T, a.kv_lora_rank, cb);
-    if (a.q_lora_rank > 0) b += 2 * tensor_bytes(T, a.q_lora_rank, cb);
-    b += 2 * tensor_bytes(T, H * qk, cb) + 2 * tensor_bytes(T, H * a.v_head_dim, cb);
+    save("self_attention", tensor_bytes(T, a.kv_lora_rank + a.qk_rope_head_dim, cb) + tensor_bytes(T, a.kv_lora_rank, cb));
+    if (a.q_lora_rank > 0) save("self_attention", 2 * tensor_bytes(T, a.q_lora_rank, cb));
+    save("self_attention", 2 * tensor_bytes(T, H * qk, cb) + 2 * tensor_bytes(T, H * a.v_head_dim, cb));
   } else {
     const std::int64_t KV = per_tp(a.num_key_value_heads, tp), hd = a.head_dim;
-    b += 2 * tensor_bytes(T, H * hd, cb) + 2 * tensor_bytes(T, KV * hd, cb);
-    if (a.qk_layernorm) b += tensor_bytes(T, H * hd, cb) + tensor_bytes(T, KV * hd, cb) + tensor_bytes(T, H + KV, 4);
+    save("self_attention", 2 * tensor_bytes(T, H * hd, cb) + 2 * tensor_bytes(T, KV * hd, cb));
+    if (a.qk_layernorm)
+      save("self_attention", tensor_bytes(T, H * hd, cb) + tensor_bytes(T, KV * hd, cb) + tensor_bytes(T, H + KV, 4));
   }
-  b += tensor_bytes(T, H, 4);
+  save("self_attention.core_attention", tensor_bytes(T, H, 4));
   if (a.is_moe_layer(index)) {
     const std::int64_t rows = checked_mul(Ts, a.moe_topk, "tokens × num_experts_per_tok", "num_experts_per_tok");
     const std::int64_t I = a.moe_intermediate_size;
-    b += 3 * tensor_bytes(Ts, a.num_experts, 4) + 3 * tensor_bytes(Ts, a.moe_topk, 8);
-    b += 3 * tensor_bytes(rows, D, cb) + tensor_bytes(rows, 2 * I, cb) + tensor_bytes(rows, I, cb);
+    save("mlp.router", 3 * tensor_bytes(Ts, a.num_experts, 4) + 3 * tensor_bytes(Ts, a.moe_topk, 8));
+    save("mlp", 3 * tensor_bytes(rows, D, cb));
+    save("mlp.experts", tensor_bytes(rows, 2 * I, cb) + tensor_bytes(rows, I, cb));
     if (a.shared_expert_intermediate_size > 0) {
       const std::int64_t S = per_tp(a.shared_expert_intermediate_size, tp);
-      b += tensor_bytes(T, 2 * S, cb) + tensor_bytes(T, S, cb);
+      save("mlp.shared_experts", tensor_bytes(T, 2 * S, cb) + tensor_bytes(T, S, cb));
     }
   } else {
     const std::int64_t I = per_tp(a.intermediate_size, tp);
-    b += tensor_bytes(T, (a.gated_linear_unit ? 2 : 1) * I, cb) + tensor_bytes(T, I, cb);
+    save("mlp", tensor_bytes(T, (a.gated_linear_unit ? 2 : 1) * I, cb) + tensor_bytes(T, I, cb));
   }
-  return b;
+  if (r.full) {
+    std::int64_t all = out.kept;
+    for (const auto& [module, bytes] : rebuilt) all += bytes;
+    return {tensor_bytes(Ts, D, cb), all};
+  }
+  for (const auto& [module, bytes] : rebuilt) out.rebuilt = std::max(out.rebuilt, bytes);
+  return out;
 }
 
 // What the backward of layer `index` holds beside the saved tensors at its worst moment: the MLP's
 // grads (of fc1's output and of the activation; in an MoE layer the grad of its routed rows) and
-// the residual grad coming in and going out. A recomputed layer holds its rebuilt forward and
-// those grads (measured by plan_check_test.py under FSDP).
-std::int64_t layer_backward_bytes(const models::ModelArgs& a, std::int64_t index, bool rebuilt, const MicroBatch& m) {
+// the residual grad coming in and going out; with recompute, what it rebuilds on top (measured
+// by plan_check_test.py under FSDP).
+std::int64_t layer_backward_bytes(const models::ModelArgs& a, std::int64_t index, const LayerRecompute& r,
+                                  const MicroBatch& m) {
   const std::int64_t D = a.hidden_size, cb = m.cb;
-  if (rebuilt) return layer_saved_bytes(a, index, false, m) + layer_backward_bytes(a, index, false, m);
-  std::int64_t b = 2 * tensor_bytes(m.split, D, cb);
+  std::int64_t b = 2 * tensor_bytes(m.split, D, cb) + layer_saved(a, index, r, m).rebuilt;
   if (a.is_moe_layer(index)) {
     // The experts' grads are formed and freed one expert group at a time; what stays is the grad
     // of the combined rows, un-permuted back to the routed order.
@@ -120,12 +161,34 @@ MicroBatch micro_batch(const TrainConfig& c, const models::ModelArgs& a, const P
   return m;
 }
 
-bool recomputed(const memory::RecomputeOptions& r, std::int64_t layer) {
-  if (r.mode == memory::RecomputeOptions::Mode::full) return r.full_layers.count(layer) > 0;
-  if (r.mode == memory::RecomputeOptions::Mode::select)
-    for (const auto& s : r.select)
-      if (s.layers.count(layer)) return true;
-  return false;
+// The recompute of each of `layers`: full_recompute_layer, or the canonical module paths the
+// select_module patterns listing the layer match (a selected parent covers its children).
+std::map<std::int64_t, LayerRecompute> layer_recomputes(const models::ModelArgs& a,
+                                                        const memory::RecomputeOptions& r,
+                                                        const std::vector<std::int64_t>& layers) {
+  std::map<std::int64_t, LayerRecompute> out;
+  for (std::int64_t i : layers) out[i].full = r.mode == memory::RecomputeOptions::Mode::full && r.full_layers.count(i);
+  if (r.mode != memory::RecomputeOptions::Mode::select) return out;
+  for (std::int64_t i : layers) out[i].full = r.full_layers.count(i) > 0;  // may be combined with select
+  const std::vector<std::string> paths = detail::layer_module_paths(a);
+  for (const memory::PathSelection& s : r.select) {
+    std::vector<std::string> matched;
+    try {
+      const std::regex re(s.pattern, std::regex::ECMAScript);
+      for (const std::string& p : paths)
+        if (std::regex_match(p, re)) matched.push_back(p);
+    } catch (const std::regex_error&) {
+      continue;  // reported where the configuration is checked
+    }
+    for (std::int64_t i : layers)
+      if (s.layers.count(i))
+        for (const std::string& p : matched) out[i].modules.push_back(p);
+  }
+  // Outermost first, so that covering() names the module the run recomputes.
+  for (auto& [i, lr] : out)
+    std::sort(lr.modules.begin(), lr.modules.end(),
+              [](const std::string& x, const std::string& y) { return x.size() < y.size(); });
+  return out;
 }
 
 std::optional<std::int64_t> read_number_file(const char* path) {
@@ -183,9 +246,10 @@ std::int64_t micro_batch_activation_bytes(const TrainConfig& c, const models::Mo
                                           const ParallelLayout& layout, const memory::RecomputeOptions& recompute,
                                           std::int64_t seq_length, const std::vector<std::int64_t>& layers) {
   const MicroBatch m = micro_batch(c, a, layout, seq_length);
+  const auto recomputes = layer_recomputes(a, recompute, layers);
   std::int64_t bytes = 0;
   for (std::int64_t i : layers)
-    bytes = checked_add(bytes, layer_saved_bytes(a, i, recomputed(recompute, i), m), "activation bytes", "seq_length");
+    bytes = checked_add(bytes, layer_saved(a, i, recomputes.at(i), m).kept, "activation bytes", "seq_length");
   return bytes;
 }
 
@@ -193,8 +257,9 @@ std::int64_t backward_transient_bytes(const TrainConfig& c, const models::ModelA
                                       const memory::RecomputeOptions& recompute, std::int64_t seq_length,
                                       const std::vector<std::int64_t>& layers, bool head) {
   const MicroBatch m = micro_batch(c, a, layout, seq_length);
+  const auto recomputes = layer_recomputes(a, recompute, layers);
   std::int64_t worst = 0;
-  for (std::int64_t i : layers) worst = std::max(worst, layer_backward_bytes(a, i, recomputed(recompute, i), m));
+  for (std::int64_t i : layers) worst = std::max(worst, layer_backward_bytes(a, i, recomputes.at(i), m));
   // The head's tensors live from the loss's forward until the backward reaches the last layer,
   // with the loss's chunk of fp32 logits at their worst; that layer's grads come after them.
   if (head)

@@ -11,8 +11,9 @@
 //               counted as AdamW) + P·4 for the fp32 master copy when params_dtype is not fp32
 //   activations the tensors one micro-batch saves for the backward, in bytes of compute_dtype
 //               (fp32 for norm statistics and the log-sum-exp), each rounded to the allocator's
-//               size class: per layer see layer_saved_bytes in memory_estimate.cpp (a fully or
-//               selectively recomputed layer keeps its input only).
+//               size class: per layer see layer_saved in memory_estimate.cpp (a fully
+//               recomputed layer keeps its input only; a selectively recomputed module drops
+//               the tensors saved inside it).
 // On this CPU build swapped activations stay in host memory, so swap does not lower the host sum.
 //
 // The host gives min(cgroup memory limit, MemAvailable); LOOM_MEMORY_LIMIT (bytes, or with a
