@@ -10,6 +10,7 @@ namespace loom::plan {
 namespace {
 
 using testing::load;
+using testing::moe_yaml;
 using testing::tiny_yaml;
 
 TEST(Planner, OneF1BKeepsPpMinusStageMicroBatchesInFlight) {
@@ -59,6 +60,35 @@ TEST(Planner, FullRecomputeLowersTheActivationsAndAddsAForward) {
   EXPECT_LT(b.roles[0].activation_peak_bytes, a.roles[0].activation_peak_bytes);
   EXPECT_GT(b.roles[0].compute_time_s, a.roles[0].compute_time_s);
   EXPECT_DOUBLE_EQ(a.model_flops_per_step, b.model_flops_per_step);
+}
+
+TEST(Planner, SelectiveRecomputeKeepsMoreThanFullAndRunsTheSelectedModulesAgain) {
+  const DeviceProfile h100 = device_profile("h100");
+  auto plan = [&](const std::string& recompute) {
+    const auto c = load(tiny_yaml() + recompute, 1);
+    return make_plan(c.config, *c.resolved, h100, int64_t{80} << 30).roles[0];
+  };
+  const RolePlan none = plan(""), full = plan("recompute:\n  mode: full\n  full_recompute_layer: ['0-3']\n");
+  const RolePlan mlp = plan("recompute:\n  mode: select\n  select_module:\n    '.*mlp': ['0-3']\n");
+  // The MLP's tensors go, the attention's stay.
+  EXPECT_LT(mlp.activation_peak_bytes, none.activation_peak_bytes);
+  EXPECT_GT(mlp.activation_peak_bytes, full.activation_peak_bytes);
+  // One more forward of the MLPs: less than a whole layer's, more than nothing.
+  EXPECT_GT(mlp.compute_time_s, none.compute_time_s);
+  EXPECT_LT(mlp.compute_time_s, full.compute_time_s);
+}
+
+TEST(Planner, AModuleInsideASelectedOneIsNotRunTwiceOver) {
+  const DeviceProfile h100 = device_profile("h100");
+  auto plan = [&](const std::string& select) {
+    const auto c = load(moe_yaml() + "recompute:\n  mode: select\n  select_module:\n" + select, 1);
+    return make_plan(c.config, *c.resolved, h100, int64_t{80} << 30).roles[0];
+  };
+  const RolePlan mlp = plan("    '.*mlp': ['0-3']\n"), experts = plan("    'mlp.experts': ['0-3']\n");
+  const RolePlan both = plan("    '.*mlp': ['0-3']\n    'mlp.experts': ['0-3']\n");
+  EXPECT_LT(experts.compute_time_s, mlp.compute_time_s);
+  EXPECT_DOUBLE_EQ(both.compute_time_s, mlp.compute_time_s);
+  EXPECT_EQ(both.activation_peak_bytes, mlp.activation_peak_bytes);
 }
 
 // Sums of what FSDP holds per unit (rank_state.h fsdp_units).

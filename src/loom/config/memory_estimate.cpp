@@ -44,20 +44,6 @@ std::int64_t tensor_bytes(std::int64_t rows, std::int64_t width, std::int64_t el
 
 std::int64_t per_tp(std::int64_t width, std::int64_t tp) { return std::max<std::int64_t>(1, ceil_div(width, tp)); }
 
-// How a layer is recomputed: wholly (it keeps its input), or the selected modules (canonical
-// paths inside the layer, detail::layer_module_paths) each keep their inputs, which are tensors
-// the layer keeps anyway, and rebuild the rest in the backward.
-struct LayerRecompute {
-  bool full = false;
-  std::vector<std::string> modules;
-  // The selected module that covers `owner` (it or a parent); "" when none does.
-  std::string covering(const std::string& owner) const {
-    for (const std::string& s : modules)
-      if (!owner.empty() && (owner == s || owner.rfind(s + ".", 0) == 0)) return s;
-    return "";
-  }
-};
-
 // What the forward of a layer leaves for its backward, and what a recompute rebuilds of it.
 struct LayerSaved {
   std::int64_t kept = 0;
@@ -161,36 +147,6 @@ MicroBatch micro_batch(const TrainConfig& c, const models::ModelArgs& a, const P
   return m;
 }
 
-// The recompute of each of `layers`: full_recompute_layer, or the canonical module paths the
-// select_module patterns listing the layer match (a selected parent covers its children).
-std::map<std::int64_t, LayerRecompute> layer_recomputes(const models::ModelArgs& a,
-                                                        const memory::RecomputeOptions& r,
-                                                        const std::vector<std::int64_t>& layers) {
-  std::map<std::int64_t, LayerRecompute> out;
-  for (std::int64_t i : layers) out[i].full = r.mode == memory::RecomputeOptions::Mode::full && r.full_layers.count(i);
-  if (r.mode != memory::RecomputeOptions::Mode::select) return out;
-  for (std::int64_t i : layers) out[i].full = r.full_layers.count(i) > 0;  // may be combined with select
-  const std::vector<std::string> paths = detail::layer_module_paths(a);
-  for (const memory::PathSelection& s : r.select) {
-    std::vector<std::string> matched;
-    try {
-      const std::regex re(s.pattern, std::regex::ECMAScript);
-      for (const std::string& p : paths)
-        if (std::regex_match(p, re)) matched.push_back(p);
-    } catch (const std::regex_error&) {
-      continue;  // reported where the configuration is checked
-    }
-    for (std::int64_t i : layers)
-      if (s.layers.count(i))
-        for (const std::string& p : matched) out[i].modules.push_back(p);
-  }
-  // Outermost first, so that covering() names the module the run recomputes.
-  for (auto& [i, lr] : out)
-    std::sort(lr.modules.begin(), lr.modules.end(),
-              [](const std::string& x, const std::string& y) { return x.size() < y.size(); });
-  return out;
-}
-
 std::optional<std::int64_t> read_number_file(const char* path) {
   std::ifstream in(path);
   std::string word;
@@ -230,6 +186,39 @@ std::optional<std::int64_t> parse_size(std::string text) {
   const double v = std::strtod(text.c_str(), &end);
   if (end == text.c_str() || *end != '\0' || !std::isfinite(v) || v <= 0 || v * scale > 9.0e18) return std::nullopt;
   return static_cast<std::int64_t>(v * scale);
+}
+
+std::string LayerRecompute::covering(const std::string& owner) const {
+  for (const std::string& s : modules)
+    if (!owner.empty() && (owner == s || owner.rfind(s + ".", 0) == 0)) return s;
+  return "";
+}
+
+std::map<std::int64_t, LayerRecompute> layer_recomputes(const models::ModelArgs& a, const memory::RecomputeOptions& r,
+                                                        const std::vector<std::int64_t>& layers) {
+  std::map<std::int64_t, LayerRecompute> out;
+  for (std::int64_t i : layers) out[i].full = r.mode == memory::RecomputeOptions::Mode::full && r.full_layers.count(i);
+  if (r.mode != memory::RecomputeOptions::Mode::select) return out;
+  for (std::int64_t i : layers) out[i].full = r.full_layers.count(i) > 0;  // may be combined with select
+  const std::vector<std::string> paths = detail::layer_module_paths(a);
+  for (const memory::PathSelection& s : r.select) {
+    std::vector<std::string> matched;
+    try {
+      const std::regex re(s.pattern, std::regex::ECMAScript);
+      for (const std::string& p : paths)
+        if (std::regex_match(p, re)) matched.push_back(p);
+    } catch (const std::regex_error&) {
+      continue;  // reported where the configuration is checked
+    }
+    for (std::int64_t i : layers)
+      if (s.layers.count(i))
+        for (const std::string& p : matched) out[i].modules.push_back(p);
+  }
+  // Outermost first, so that covering() names the module the run recomputes.
+  for (auto& [i, lr] : out)
+    std::sort(lr.modules.begin(), lr.modules.end(),
+              [](const std::string& x, const std::string& y) { return x.size() < y.size(); });
+  return out;
 }
 
 std::int64_t MemoryEstimate::per_rank_bytes() const {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,6 +45,20 @@ struct MemoryEstimate {
   std::int64_t per_rank_bytes() const;
   std::int64_t host_bytes() const;  // per_rank_bytes() · ranks_per_host
 };
+
+// How a layer is recomputed: wholly (full_recompute_layer: it keeps its input), or the modules
+// select_module's patterns that list the layer match (canonical paths inside the layer,
+// detail::layer_module_paths; outermost first), which keep their inputs (tensors the layer keeps
+// anyway) and rebuild the rest in the backward.
+struct LayerRecompute {
+  bool full = false;
+  std::vector<std::string> modules;
+  // The selected module that covers `path` (it or a parent); "" when none does.
+  std::string covering(const std::string& path) const;
+};
+std::map<std::int64_t, LayerRecompute> layer_recomputes(const models::ModelArgs& model,
+                                                        const memory::RecomputeOptions& recompute,
+                                                        const std::vector<std::int64_t>& layers);
 
 // The activations one micro-batch leaves for the backward on one rank, through the decoder (and
 // MTP: indices num_layers..) layers `layers`: each saved tensor as the modules save it, rounded as

@@ -1,5 +1,7 @@
 #include "loom/models/accounting.h"
 
+#include <string>
+
 namespace loom::models {
 
 int64_t checked_mul(int64_t a, int64_t b, const char* what, const char* field) {
@@ -32,6 +34,8 @@ struct LayerCounts {
   int64_t params = 0;          // all parameters of the layer
   int64_t matmul_active = 0;   // 2-D weights a token multiplies with
   int64_t inactive = 0;        // routed-expert parameters a token skips
+  // The parts of matmul_active by module (the rest is the dense MLP's or the router's).
+  int64_t attention_matmul = 0, routed_matmul = 0, shared_matmul = 0;
 };
 
 int64_t norm_params(const ModelArgs& a, int64_t dim) {
@@ -84,6 +88,7 @@ LayerCounts layer_counts(const ModelArgs& a, int64_t index) {
   }
   c.params = add(c.params, add(attn, bias));
   c.matmul_active = add(c.matmul_active, attn);
+  c.attention_matmul = attn;
   if (a.is_moe_layer(index)) {
     const int64_t E = a.num_experts, F = a.moe_intermediate_size;
     const int64_t expert = mul(3, mul(D, F, "hidden_size × moe_intermediate_size", "moe_intermediate_size"),
@@ -94,8 +99,12 @@ LayerCounts layer_counts(const ModelArgs& a, int64_t index) {
     c.matmul_active = add(c.matmul_active, add(router, mul(a.moe_topk, expert, "num_experts_per_tok × expert size",
                                                            "num_experts_per_tok")));
     c.inactive = add(c.inactive, mul(E - a.moe_topk, expert, "unused experts × expert size", "n_routed_experts"));
-    if (a.shared_expert_intermediate_size > 0)
+    c.routed_matmul = mul(a.moe_topk, expert, "num_experts_per_tok × expert size", "num_experts_per_tok");
+    if (a.shared_expert_intermediate_size > 0) {
+      const int64_t before = c.matmul_active;
       c.params = add(c.params, gated_mlp_params(a, a.shared_expert_intermediate_size, &c.matmul_active));
+      c.shared_matmul = c.matmul_active - before;
+    }
   } else {
     c.params = add(c.params, gated_mlp_params(a, a.intermediate_size, &c.matmul_active));
   }
@@ -148,6 +157,17 @@ double layer_flops_per_token(const ModelArgs& a, int64_t index, int64_t seq) {
   if (index >= a.num_layers)  // an MTP depth: its eh_proj and one more LM-head product
     flops += 6.0 * static_cast<double>(2 * a.hidden_size * a.hidden_size) + head_flops_per_token(a);
   return flops;
+}
+
+double module_forward_flops_per_token(const ModelArgs& a, int64_t index, int64_t seq, const std::string& module) {
+  const LayerCounts c = layer_counts(a, index);
+  const double core = attention_flops(a, seq) / 3.0;
+  if (module == "self_attention") return 2.0 * static_cast<double>(c.attention_matmul) + core;
+  if (module == "self_attention.core_attention") return core;
+  if (module == "mlp") return 2.0 * static_cast<double>(c.matmul_active - c.attention_matmul);
+  if (module == "mlp.experts") return 2.0 * static_cast<double>(c.routed_matmul);
+  if (module == "mlp.shared_experts") return 2.0 * static_cast<double>(c.shared_matmul);
+  return 0;  // norms, single projections, the router, the dispatcher: small against the above
 }
 
 double training_flops_per_token(const ModelArgs& a, int64_t seq, bool include_mtp) {

@@ -48,5 +48,11 @@ double head_flops_per_token(const ModelArgs& args);
 // Decoder layer `index` (num_layers.. are the MTP depths, with their eh_proj and head product):
 // 6·its matmul weights a token uses + the attention products.
 double layer_flops_per_token(const ModelArgs& args, int64_t index, int64_t seq_length);
+// The forward FLOPs per token of one module of layer `index` (a path as select_module names it:
+// self_attention, self_attention.core_attention, mlp, mlp.experts, mlp.shared_experts), what a
+// selective recompute of it runs again in the backward; 0 for the small ones (norms, single
+// projections, the router).
+double module_forward_flops_per_token(const ModelArgs& args, int64_t index, int64_t seq_length,
+                                      const std::string& module);
 
 }  // namespace loom::models

@@ -14,12 +14,6 @@ namespace loom::plan {
 
 namespace {
 
-// A layer whose whole forward runs again in the backward: its FLOPs count once more (selective
-// recompute rebuilds a part of the layer; its FLOPs are not added).
-bool fully_recomputed(const memory::RecomputeOptions& r, int64_t layer) {
-  return r.mode == memory::RecomputeOptions::Mode::full && r.full_layers.count(layer) > 0;
-}
-
 // Micro-batches (chunk-sized pieces under interleaving) pipeline rank p holds, counted off the
 // schedule the trainer runs (train/pipeline_schedule.h): at most (the chunks whose forward has run
 // and whose backward has not), and at most when a backward starts after its chunk's first one
@@ -161,10 +155,17 @@ Plan make_plan(const config::TrainConfig& config, const config::ResolvedConfig& 
         flops_per_token += models::head_flops_per_token(a);
       }
     }
+    const auto recomputes = config::layer_recomputes(a, resolved.recompute, layers);
     for (int64_t l : layers) {
       const double f = models::layer_flops_per_token(a, l, seq);
       flops_per_token += f;
-      if (fully_recomputed(resolved.recompute, l)) recompute_per_token += f / 3;  // one more forward
+      // What the backward runs again: the layer's forward, or each selected module's (not one
+      // a selected parent covers).
+      const config::LayerRecompute& r = recomputes.at(l);
+      if (r.full) recompute_per_token += f / 3;
+      else
+        for (const std::string& m : r.modules)
+          if (r.covering(m) == m) recompute_per_token += models::module_forward_flops_per_token(a, l, seq, m);
       if (!(gpu && resolved.swap.enable && resolved.swap.layers.count(l))) device_layers.push_back(l);
     }
     const InFlight flight = in_flight(resolved, p);

@@ -18,7 +18,8 @@
 //                 over the rank's tokens (its data shard, 1/cp of the sequence, 1/tp of the work)
 //   traffic       traffic.h, bytes per mesh axis as ProcessGroup::stats counts them
 //   step time     per rank: matrix time = its FLOPs (plus one more forward of every recomputed
-//                 layer) / the profile's matrix peak in compute_dtype; memory time = the optimizer
+//                 layer or selected module, config::layer_recomputes) / the profile's matrix peak
+//                 in compute_dtype; memory time = the optimizer
 //                 step streaming parameters, grads and state 3 times / memory bandwidth; link time
 //                 per axis = bytes / the link that axis crosses (intra-node when all its ranks
 //                 share a node of devices_per_node consecutive ranks, else inter-node). FSDP and
