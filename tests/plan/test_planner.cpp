@@ -62,12 +62,14 @@ TEST(Planner, FullRecomputeLowersTheActivationsAndAddsAForward) {
   EXPECT_DOUBLE_EQ(a.model_flops_per_step, b.model_flops_per_step);
 }
 
+// The one role of a one-process plan of `yaml` on an H100.
+RolePlan one_process_role(const std::string& yaml) {
+  const auto c = load(yaml, 1);
+  return make_plan(c.config, *c.resolved, device_profile("h100"), int64_t{80} << 30).roles[0];
+}
+
 TEST(Planner, SelectiveRecomputeKeepsMoreThanFullAndRunsTheSelectedModulesAgain) {
-  const DeviceProfile h100 = device_profile("h100");
-  auto plan = [&](const std::string& recompute) {
-    const auto c = load(tiny_yaml() + recompute, 1);
-    return make_plan(c.config, *c.resolved, h100, int64_t{80} << 30).roles[0];
-  };
+  auto plan = [](const std::string& recompute) { return one_process_role(tiny_yaml() + recompute); };
   const RolePlan none = plan(""), full = plan("recompute:\n  mode: full\n  full_recompute_layer: ['0-3']\n");
   const RolePlan mlp = plan("recompute:\n  mode: select\n  select_module:\n    '.*mlp': ['0-3']\n");
   // The MLP's tensors go, the attention's stay.
@@ -79,10 +81,8 @@ TEST(Planner, SelectiveRecomputeKeepsMoreThanFullAndRunsTheSelectedModulesAgain)
 }
 
 TEST(Planner, AModuleInsideASelectedOneIsNotRunTwiceOver) {
-  const DeviceProfile h100 = device_profile("h100");
-  auto plan = [&](const std::string& select) {
-    const auto c = load(moe_yaml() + "recompute:\n  mode: select\n  select_module:\n" + select, 1);
-    return make_plan(c.config, *c.resolved, h100, int64_t{80} << 30).roles[0];
+  auto plan = [](const std::string& select) {
+    return one_process_role(moe_yaml() + "recompute:\n  mode: select\n  select_module:\n" + select);
   };
   const RolePlan mlp = plan("    '.*mlp': ['0-3']\n"), experts = plan("    'mlp.experts': ['0-3']\n");
   const RolePlan both = plan("    '.*mlp': ['0-3']\n    'mlp.experts': ['0-3']\n");
