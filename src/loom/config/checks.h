@@ -22,6 +22,9 @@ namespace loom::config::detail {
 // and `op_name` regexes must match in full (memory_checks.cpp; the memory estimate places a
 // layer's saved tensors on them).
 std::vector<std::string> layer_module_paths(const models::ModelArgs& model);
+// The paths of `modules` that `pattern` (ECMAScript) matches in full; none when it is not a valid
+// regex (check_regex reports that).
+std::vector<std::string> matching_modules(const std::string& pattern, const std::vector<std::string>& modules);
 
 // A size a partial models::ModelArgs was not given reads 0: unknown to the rules.
 inline std::optional<std::int64_t> known_size(std::int64_t value) {

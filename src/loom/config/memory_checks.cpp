@@ -31,15 +31,6 @@ std::vector<std::string> layer_module_paths(const models::ModelArgs& model) {
   return paths;
 }
 
-namespace {
-
-struct Selection {
-  std::string pattern;
-  std::string path;
-  std::vector<std::int64_t> layers;
-  std::vector<std::string> modules;  // canonical module paths the pattern matches in full
-};
-
 std::vector<std::string> matching_modules(const std::string& pattern, const std::vector<std::string>& modules) {
   std::vector<std::string> out;
   try {
@@ -51,6 +42,15 @@ std::vector<std::string> matching_modules(const std::string& pattern, const std:
   }
   return out;
 }
+
+namespace {
+
+struct Selection {
+  std::string pattern;
+  std::string path;
+  std::vector<std::int64_t> layers;
+  std::vector<std::string> modules;  // canonical module paths the pattern matches in full
+};
 
 bool related(const std::string& a, const std::string& b) {
   return a == b || a.rfind(b + ".", 0) == 0 || b.rfind(a + ".", 0) == 0;

@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <sstream>
 
 #include "loom/config/checks.h"
@@ -197,19 +196,13 @@ std::string LayerRecompute::covering(const std::string& owner) const {
 std::map<std::int64_t, LayerRecompute> layer_recomputes(const models::ModelArgs& a, const memory::RecomputeOptions& r,
                                                         const std::vector<std::int64_t>& layers) {
   std::map<std::int64_t, LayerRecompute> out;
-  for (std::int64_t i : layers) out[i].full = r.mode == memory::RecomputeOptions::Mode::full && r.full_layers.count(i);
+  // full_recompute_layer applies under mode full, and under select for other layers than its.
+  const bool any = r.mode != memory::RecomputeOptions::Mode::none;
+  for (std::int64_t i : layers) out[i].full = any && r.full_layers.count(i) > 0;
   if (r.mode != memory::RecomputeOptions::Mode::select) return out;
-  for (std::int64_t i : layers) out[i].full = r.full_layers.count(i) > 0;  // may be combined with select
   const std::vector<std::string> paths = detail::layer_module_paths(a);
   for (const memory::PathSelection& s : r.select) {
-    std::vector<std::string> matched;
-    try {
-      const std::regex re(s.pattern, std::regex::ECMAScript);
-      for (const std::string& p : paths)
-        if (std::regex_match(p, re)) matched.push_back(p);
-    } catch (const std::regex_error&) {
-      continue;  // reported where the configuration is checked
-    }
+    const std::vector<std::string> matched = detail::matching_modules(s.pattern, paths);
     for (std::int64_t i : layers)
       if (s.layers.count(i))
         for (const std::string& p : matched) out[i].modules.push_back(p);
