@@ -115,6 +115,8 @@ TEST(Planner, ReshardingFsdpHoldsTheRootAndOneUnitAtThePeak) {
   // and one unit's parameters.
   EXPECT_GE(p.roles[0].fsdp_held_bytes, u.root + u.largest / 2);
   EXPECT_LT(p.roles[0].fsdp_held_bytes, u.root + u.params);
+  // Of four equal units the last layer's backward comes first: that moment is named.
+  EXPECT_EQ(p.roles[0].peak_moment.rfind("decoder.layers.3's ", 0), 0u) << p.roles[0].peak_moment;
 }
 
 TEST(Planner, UnderPipelinesEveryUnitsAccumulatedGradsCountOnceABackwardFollowsItsChunksFirst) {
@@ -125,11 +127,13 @@ TEST(Planner, UnderPipelinesEveryUnitsAccumulatedGradsCountOnceABackwardFollowsI
   const UnitSums u = unit_sums(p.roles[0].state);
   EXPECT_GE(p.roles[0].fsdp_held_bytes, u.root + u.params + u.grads);
   EXPECT_EQ(p.roles[0].activations_in_flight, 2);
+  EXPECT_NE(p.roles[0].peak_moment.find("the step's grads accumulated"), std::string::npos) << p.roles[0].peak_moment;
   // With 2 micro-batches (F0 F1 B0 B1) the second backward has one in flight: the peak is the
   // first backward, with only the parameters gathered.
   const auto two = load(tiny_yaml(), 4, {"parallelism.pipeline_parallel=2", "training.global_batch_size=8"});
   const Plan q = make_plan(two.config, *two.resolved, device_profile("h100"), int64_t{80} << 30);
   EXPECT_LT(q.roles[0].fsdp_held_bytes, u.root + u.params + u.grads);
+  EXPECT_EQ(q.roles[0].peak_moment.find("accumulated"), std::string::npos) << q.roles[0].peak_moment;
 }
 
 TEST(Planner, DoesNotFitWhenThePeakExceedsTheDeviceMemory) {

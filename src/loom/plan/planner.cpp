@@ -64,6 +64,7 @@ InFlight in_flight(const config::ResolvedConfig& r, int p) {
 struct Moment {
   int64_t fsdp = 0, activations = 0;
   int64_t in_flight = 1;  // micro-batches (chunks) whose activations are held then
+  std::string what;       // for the report: "decoder.layers.3's reduce-scatter"
   int64_t total() const { return fsdp + activations; }
 };
 
@@ -73,29 +74,36 @@ Moment peak_moment(const StateBytes& s, bool reshard, bool accumulates_unreduced
     return static_cast<int64_t>(static_cast<double>(micro) * flight.fraction * static_cast<double>(chunks));
   };
   const int64_t saved = saved_by(flight.peak), saved_with_grads = saved_by(flight.with_grads);
-  Moment worst{0, saved + std::max(transient, exchange), flight.peak};
+  Moment worst{0, saved + std::max(transient, exchange), flight.peak,
+               transient >= exchange ? "a backward's transient" : "an attention backward's exchange"};
   if (!s.fsdp) return worst;
   int64_t root = 0, all_params = 0, all_grads = 0;
   for (const StateBytes::FsdpUnit& u : s.fsdp_units) {
     if (u.unit.empty()) root += u.param_bytes + u.grad_bytes;
     else all_params += u.param_bytes, all_grads += u.grad_bytes;
   }
-  auto consider = [&](int64_t fsdp, int64_t activations, int64_t chunks) {
-    const Moment m{fsdp, std::max<int64_t>(0, activations), chunks};
-    if (m.total() > worst.total()) worst = m;
+  auto consider = [&](int64_t fsdp, int64_t activations, int64_t chunks, std::string what) {
+    Moment m{fsdp, std::max<int64_t>(0, activations), chunks, std::move(what)};
+    if (m.total() > worst.total()) worst = std::move(m);
   };
-  consider(root + (reshard ? 0 : all_params), saved + transient, flight.peak);  // the head's backward
-  for (const StateBytes::FsdpUnit& u : s.fsdp_units) {
+  consider(root + (reshard ? 0 : all_params), saved + transient, flight.peak,
+           reshard ? "a backward's transient, only the root unit gathered" : "a backward's transient");
+  // In backward order, so that of equal moments the first to happen is named.
+  for (auto it = s.fsdp_units.rbegin(); it != s.fsdp_units.rend(); ++it) {
+    const StateBytes::FsdpUnit& u = *it;
     if (u.unit.empty()) continue;
     const int64_t held = root + (reshard ? u.param_bytes : all_params);
-    consider(held + u.gather_buffer_bytes, saved, flight.peak);
-    consider(held, saved + transient, flight.peak);
-    consider(held + u.grad_bytes, saved + exchange, flight.peak);
+    consider(held + u.gather_buffer_bytes, saved, flight.peak, u.unit + "'s all-gather");
+    consider(held, saved + transient, flight.peak, u.unit + "'s MLP backward");
+    consider(held + u.grad_bytes, saved + exchange, flight.peak, u.unit + "'s attention backward");
     if (!accumulates_unreduced) {
-      consider(held + u.grad_bytes + u.reduce_buffer_bytes, saved - smallest_layer, flight.peak);
+      consider(held + u.grad_bytes + u.reduce_buffer_bytes, saved - smallest_layer, flight.peak,
+               u.unit + "'s reduce-scatter");
     } else if (flight.with_grads > 0) {
-      consider(held + all_grads, saved_with_grads + std::max(transient, exchange), flight.with_grads);
-      consider(held + all_grads + u.reduce_buffer_bytes, saved_with_grads - smallest_layer, flight.with_grads);
+      consider(held + all_grads, saved_with_grads + std::max(transient, exchange), flight.with_grads,
+               u.unit + "'s backward, the step's grads accumulated");
+      consider(held + all_grads + u.reduce_buffer_bytes, saved_with_grads - smallest_layer, flight.with_grads,
+               u.unit + "'s reduce-scatter, the step's grads accumulated");
     }
   }
   return worst;
@@ -208,6 +216,7 @@ Plan make_plan(const config::TrainConfig& config, const config::ResolvedConfig& 
       const Moment peak = peak_moment(role.state, reshard, d.pp() > 1, flight, micro, smallest_layer, transient,
                                       exchange);
       role.fsdp_held_bytes = peak.fsdp;
+      role.peak_moment = peak.what;
       role.activation_peak_bytes = peak.activations;
       role.activations_in_flight = peak.in_flight;
       role.peak_bytes = role.state.parameter_bytes + role.state.gradient_bytes + role.state.optimizer_bytes +

@@ -52,6 +52,7 @@ struct RolePlan {
   // unit, units' full parameters, grads and buffers) and the activations.
   int64_t fsdp_held_bytes = 0;
   int64_t activation_peak_bytes = 0;
+  std::string peak_moment;  // which moment it is, in words
   int64_t activations_in_flight = 1;  // micro-batches (chunks under interleaving) held at the peak
   int64_t peak_bytes = 0;
   double flops_per_step = 0;

@@ -73,6 +73,7 @@ Json plan_json(const Plan& p, bool roles) {
                                 {"step_time_s", r.step_time_s},
                                 {"fsdp_gathered_bytes", r.fsdp_held_bytes},
                                 {"activations_in_flight", r.activations_in_flight},
+                                {"peak_moment", r.peak_moment},
                                 {"compute_time_s", r.compute_time_s},
                                 {"memory_time_s", r.memory_time_s},
                                 {"overlapped_comm_time_s", r.overlapped_comm_s},
@@ -109,7 +110,7 @@ std::string plan_text(const Plan& p) {
       o << "  fsdp gathered   " << format_bytes(r.fsdp_held_bytes) << " at the peak\n";
     o << "  activations     " << format_bytes(r.activation_peak_bytes) << " (" << r.activations_in_flight
       << " in flight)\n";
-    o << "  peak            " << format_bytes(r.peak_bytes) << "\n";
+    o << "  peak            " << format_bytes(r.peak_bytes) << " (at " << r.peak_moment << ")\n";
     char f[64];
     std::snprintf(f, sizeof f, "%.4g", r.flops_per_step);
     o << "  FLOPs/step      " << f << "\n";
