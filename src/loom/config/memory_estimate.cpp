@@ -73,7 +73,8 @@ LayerSaved layer_saved(const models::ModelArgs& a, std::int64_t index, const Lay
   const std::int64_t H = per_tp(a.num_attention_heads, tp);
   if (a.multi_latent_attention) {
     const std::int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
-    save("self_attention", tensor_bytes(T, a.kv_lora_rank + a.qk_rope_head_dim, cb) + tensor_bytes(T, a.kv_lora_rank, cb));
+    save("self_attention",
+         tensor_bytes(T, a.kv_lora_rank + a.qk_rope_head_dim, cb) + tensor_bytes(T, a.kv_lora_rank, cb));
     if (a.q_lora_rank > 0) save("self_attention", 2 * tensor_bytes(T, a.q_lora_rank, cb));
     save("self_attention", 2 * tensor_bytes(T, H * qk, cb) + 2 * tensor_bytes(T, H * a.v_head_dim, cb));
   } else {
@@ -224,15 +225,24 @@ std::int64_t MemoryEstimate::host_bytes() const {
   return checked_mul(per_rank_bytes(), ranks_per_host, "bytes per rank × ranks on the host", "hidden_size");
 }
 
+std::vector<std::int64_t> layer_activation_bytes(const TrainConfig& c, const models::ModelArgs& a,
+                                                 const ParallelLayout& layout,
+                                                 const memory::RecomputeOptions& recompute, std::int64_t seq_length,
+                                                 const std::vector<std::int64_t>& layers) {
+  const MicroBatch m = micro_batch(c, a, layout, seq_length);
+  const auto recomputes = layer_recomputes(a, recompute, layers);
+  std::vector<std::int64_t> bytes;
+  for (std::int64_t i : layers) bytes.push_back(layer_saved(a, i, recomputes.at(i), m).kept);
+  return bytes;
+}
+
 std::int64_t micro_batch_activation_bytes(const TrainConfig& c, const models::ModelArgs& a,
                                           const ParallelLayout& layout, const memory::RecomputeOptions& recompute,
                                           std::int64_t seq_length, const std::vector<std::int64_t>& layers) {
-  const MicroBatch m = micro_batch(c, a, layout, seq_length);
-  const auto recomputes = layer_recomputes(a, recompute, layers);
-  std::int64_t bytes = 0;
-  for (std::int64_t i : layers)
-    bytes = checked_add(bytes, layer_saved(a, i, recomputes.at(i), m).kept, "activation bytes", "seq_length");
-  return bytes;
+  std::int64_t total = 0;
+  for (std::int64_t b : layer_activation_bytes(c, a, layout, recompute, seq_length, layers))
+    total = checked_add(total, b, "activation bytes", "seq_length");
+  return total;
 }
 
 std::int64_t backward_transient_bytes(const TrainConfig& c, const models::ModelArgs& a, const ParallelLayout& layout,

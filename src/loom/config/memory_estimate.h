@@ -67,6 +67,11 @@ std::map<std::int64_t, LayerRecompute> layer_recomputes(const models::ModelArgs&
 std::int64_t micro_batch_activation_bytes(const TrainConfig& config, const models::ModelArgs& model,
                                           const ParallelLayout& layout, const memory::RecomputeOptions& recompute,
                                           std::int64_t seq_length, const std::vector<std::int64_t>& layers);
+// The same per layer, in the order of `layers`.
+std::vector<std::int64_t> layer_activation_bytes(const TrainConfig& config, const models::ModelArgs& model,
+                                                 const ParallelLayout& layout,
+                                                 const memory::RecomputeOptions& recompute, std::int64_t seq_length,
+                                                 const std::vector<std::int64_t>& layers);
 
 // The most one backward holds on top of the saved activations: the largest of one of `layers`'
 // (its MLP's grads and the residual grads; a recomputed layer's rebuilt forward with them) and, with

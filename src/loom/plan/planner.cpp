@@ -1,7 +1,6 @@
 #include "loom/plan/planner.h"
 
 #include <algorithm>
-#include <limits>
 #include <set>
 
 #include "loom/config/memory_estimate.h"
@@ -64,8 +63,12 @@ InFlight in_flight(const config::ResolvedConfig& r, int p) {
 struct Moment {
   int64_t fsdp = 0, activations = 0;
   int64_t in_flight = 1;  // micro-batches (chunks) whose activations are held then
-  std::string what;       // for the report: "decoder.layers.3's reduce-scatter"
+  // For the report, "<unit>'s <what>" ("decoder.layers.3's reduce-scatter") or `what` alone;
+  // kept as pointers so that weighing thousands of candidate moments builds no strings.
+  const std::string* unit = nullptr;
+  const char* what = "";
   int64_t total() const { return fsdp + activations; }
+  std::string name() const { return unit ? *unit + "'s " + what : what; }
 };
 
 Moment peak_moment(const StateBytes& s, bool reshard, bool accumulates_unreduced, const InFlight& flight,
@@ -75,35 +78,35 @@ Moment peak_moment(const StateBytes& s, bool reshard, bool accumulates_unreduced
   };
   const int64_t saved = saved_by(flight.peak), saved_with_grads = saved_by(flight.with_grads);
   Moment worst{0, saved + std::max(transient, exchange), flight.peak,
-               transient >= exchange ? "a backward's transient" : "an attention backward's exchange"};
+               nullptr, transient >= exchange ? "a backward's transient" : "an attention backward's exchange"};
   if (!s.fsdp) return worst;
   int64_t root = 0, all_params = 0, all_grads = 0;
   for (const StateBytes::FsdpUnit& u : s.fsdp_units) {
     if (u.unit.empty()) root += u.param_bytes + u.grad_bytes;
     else all_params += u.param_bytes, all_grads += u.grad_bytes;
   }
-  auto consider = [&](int64_t fsdp, int64_t activations, int64_t chunks, std::string what) {
-    Moment m{fsdp, std::max<int64_t>(0, activations), chunks, std::move(what)};
-    if (m.total() > worst.total()) worst = std::move(m);
+  auto consider = [&](int64_t fsdp, int64_t activations, int64_t chunks, const std::string* unit, const char* what) {
+    const Moment m{fsdp, std::max<int64_t>(0, activations), chunks, unit, what};
+    if (m.total() > worst.total()) worst = m;
   };
-  consider(root + (reshard ? 0 : all_params), saved + transient, flight.peak,
+  consider(root + (reshard ? 0 : all_params), saved + transient, flight.peak, nullptr,
            reshard ? "a backward's transient, only the root unit gathered" : "a backward's transient");
   // In backward order, so that of equal moments the first to happen is named.
   for (auto it = s.fsdp_units.rbegin(); it != s.fsdp_units.rend(); ++it) {
     const StateBytes::FsdpUnit& u = *it;
     if (u.unit.empty()) continue;
     const int64_t held = root + (reshard ? u.param_bytes : all_params);
-    consider(held + u.gather_buffer_bytes, saved, flight.peak, u.unit + "'s all-gather");
-    consider(held, saved + transient, flight.peak, u.unit + "'s MLP backward");
-    consider(held + u.grad_bytes, saved + exchange, flight.peak, u.unit + "'s attention backward");
+    consider(held + u.gather_buffer_bytes, saved, flight.peak, &u.unit, "all-gather");
+    consider(held, saved + transient, flight.peak, &u.unit, "MLP backward");
+    consider(held + u.grad_bytes, saved + exchange, flight.peak, &u.unit, "attention backward");
     if (!accumulates_unreduced) {
-      consider(held + u.grad_bytes + u.reduce_buffer_bytes, saved - smallest_layer, flight.peak,
-               u.unit + "'s reduce-scatter");
+      consider(held + u.grad_bytes + u.reduce_buffer_bytes, saved - smallest_layer, flight.peak, &u.unit,
+               "reduce-scatter");
     } else if (flight.with_grads > 0) {
-      consider(held + all_grads, saved_with_grads + std::max(transient, exchange), flight.with_grads,
-               u.unit + "'s backward, the step's grads accumulated");
+      consider(held + all_grads, saved_with_grads + std::max(transient, exchange), flight.with_grads, &u.unit,
+               "backward, the step's grads accumulated");
       consider(held + all_grads + u.reduce_buffer_bytes, saved_with_grads - smallest_layer, flight.with_grads,
-               u.unit + "'s reduce-scatter, the step's grads accumulated");
+               &u.unit, "reduce-scatter, the step's grads accumulated");
     }
   }
   return worst;
@@ -177,17 +180,18 @@ Plan make_plan(const config::TrainConfig& config, const config::ResolvedConfig& 
       if (!(gpu && resolved.swap.enable && resolved.swap.layers.count(l))) device_layers.push_back(l);
     }
     const InFlight flight = in_flight(resolved, p);
-    const int64_t micro = config::micro_batch_activation_bytes(config, a, resolved.layout, resolved.recompute, seq,
-                                                               device_layers);
+    // The stage's layers' saved activations for one micro-batch, and the smallest layer's (what a
+    // unit's reduce-scatter frees before it runs).
+    const std::vector<int64_t> per_layer =
+        config::layer_activation_bytes(config, a, resolved.layout, resolved.recompute, seq, device_layers);
+    int64_t micro = 0;
+    for (int64_t b : per_layer) micro += b;
+    const int64_t smallest_layer = per_layer.empty() ? 0 : *std::min_element(per_layer.begin(), per_layer.end());
     // On top of what the micro-batches in flight keep: the worst moment of one backward
     // (config::backward_transient_bytes), or under context parallelism the attention's exchange.
     const int64_t transient = config::backward_transient_bytes(config, a, resolved.layout, resolved.recompute, seq,
                                                                device_layers, head);
     const int64_t exchange = config::context_parallel_exchange_bytes(config, a, resolved.layout, seq);
-    int64_t smallest_layer = device_layers.empty() ? 0 : std::numeric_limits<int64_t>::max();
-    for (int64_t l : device_layers)
-      smallest_layer = std::min(smallest_layer, config::micro_batch_activation_bytes(
-                                                    config, a, resolved.layout, resolved.recompute, seq, {l}));
 
     // Ranks of the stage, grouped by what they hold (FSDP's last rows make the optimizer state
     // of the last shard ranks smaller).
@@ -216,7 +220,7 @@ Plan make_plan(const config::TrainConfig& config, const config::ResolvedConfig& 
       const Moment peak = peak_moment(role.state, reshard, d.pp() > 1, flight, micro, smallest_layer, transient,
                                       exchange);
       role.fsdp_held_bytes = peak.fsdp;
-      role.peak_moment = peak.what;
+      role.peak_moment = peak.name();
       role.activation_peak_bytes = peak.activations;
       role.activations_in_flight = peak.in_flight;
       role.peak_bytes = role.state.parameter_bytes + role.state.gradient_bytes + role.state.optimizer_bytes +
