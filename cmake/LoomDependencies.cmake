@@ -29,6 +29,10 @@ endif()
 
 pkg_check_modules(YAMLCPP REQUIRED IMPORTED_TARGET yaml-cpp)
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+# Hugging Face tokenizers: PCRE2 runs the pre-tokenizer regexes (Unicode properties, JIT), ICU
+# normalizes (NFC) and case-maps for chat templates.
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
 find_package(nlohmann_json REQUIRED)
 
 if(LOOM_WITH_MPI)

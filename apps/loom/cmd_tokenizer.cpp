@@ -1,5 +1,6 @@
-// `loom tokenizer train|info`: SentencePiece models (logic in loom/data/data_cli.cpp).
+// `loom tokenizer encode|decode|chat|info|train` (logic in loom/data/tokenizer_cli.cpp).
 #include "command.h"
 #include "loom/data/data_cli.h"
 
-LOOM_COMMAND("tokenizer", "train or inspect a SentencePiece tokenizer", loom::data::run_tokenizer_command);
+LOOM_COMMAND("tokenizer", "encode, decode and render chats with a model's tokenizer; train a SentencePiece one",
+             loom::data::run_tokenizer_command);

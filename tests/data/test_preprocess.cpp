@@ -11,7 +11,8 @@
 #include "loom/data/data_cli.h"
 #include "loom/data/indexed_dataset.h"
 #include "loom/data/preprocess.h"
-#include "loom/data/tokenizer.h"
+#include "loom/data/tokenizer/sentencepiece_tokenizer.h"
+#include "loom/data/tokenizer/tokenizer.h"
 
 using namespace loom::data;
 using namespace loom::data::testing_util;
@@ -52,7 +53,7 @@ PreprocessOptions preprocess_options(const std::string& out, int64_t workers, bo
   PreprocessOptions o;
   o.input = kCorpus;
   o.output_prefix = out;
-  o.tokenizer_model = tiny_model();
+  o.tokenizer = tiny_model();
   o.append_eod = eod;
   o.workers = workers;
   o.progress = false;
@@ -62,7 +63,9 @@ PreprocessOptions preprocess_options(const std::string& out, int64_t workers, bo
 }  // namespace
 
 TEST(Tokenizer, SpecialIdsAndRoundTrip) {
-  const Tokenizer t(tiny_model());
+  const auto loaded = load_tokenizer(tiny_model());
+  const Tokenizer& t = *loaded;
+  EXPECT_EQ(t.kind(), "sentencepiece");
   EXPECT_EQ(t.vocab_size(), 160);
   EXPECT_EQ(t.unk_id(), 0);
   EXPECT_EQ(t.bos_id(), 1);
@@ -73,7 +76,7 @@ TEST(Tokenizer, SpecialIdsAndRoundTrip) {
   EXPECT_GT(ids.size(), 3u);
   EXPECT_LT(ids.size(), text.size());
   EXPECT_EQ(t.decode(ids), text);
-  EXPECT_NE(error_of([] { Tokenizer missing("/nonexistent/m.model"); }).find("/nonexistent/m.model does not exist"),
+  EXPECT_NE(error_of([] { load_tokenizer("/nonexistent/m.model"); }).find("/nonexistent/m.model does not exist"),
             std::string::npos);
 }
 
@@ -88,7 +91,8 @@ TEST(Preprocess, WritesMegatronDocuments) {
   EXPECT_EQ(ds.dtype(), TokenDType::u16);  // vocabulary 160 < 65500
   EXPECT_EQ(ds.num_documents(), 39);
   EXPECT_EQ(ds.num_tokens(), r.tokens[0]);
-  const Tokenizer t(tiny_model());
+  const auto loaded = load_tokenizer(tiny_model());
+  const Tokenizer& t = *loaded;
   const auto docs = ds.document_indices();
   // Line 1: one sequence = encode(text) + eod.
   auto first = t.encode(nlohmann::json::parse(read_file(kCorpus).substr(0, read_file(kCorpus).find('\n')))["text"].get<std::string>());

@@ -1,4 +1,5 @@
-// The `loom preprocess` and `loom tokenizer` commands (apps/loom/cmd_*.cpp are thin wrappers).
+// The `loom preprocess` (data_cli.cpp) and `loom tokenizer` (tokenizer_cli.cpp) commands; apps/loom/cmd_*.cpp
+// are thin wrappers.
 // Each returns the process exit code; bad arguments throw ConfigError with the usage hint.
 #pragma once
 

@@ -1,5 +1,6 @@
 #include "loom/data/preprocess.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -11,7 +12,7 @@
 #include "loom/data/indexed_dataset.h"
 #include "loom/data/indexed_dataset_builder.h"
 #include "loom/data/jsonl_reader.h"
-#include "loom/data/tokenizer.h"
+#include "loom/data/tokenizer/tokenizer.h"
 
 namespace loom::data {
 
@@ -74,16 +75,48 @@ class Progress {
   clock::time_point last_;
 };
 
+// Encodes every line, each worker taking the next unclaimed line so long documents do not leave
+// the others idle. The error of the earliest failing line is the one reported, whatever the
+// timing, so messages are stable.
+void encode_lines(const Tokenizer& tokenizer, const PreprocessOptions& o, const std::vector<Line>& lines,
+                  std::vector<std::vector<EncodedDocument>>& encoded, size_t workers) {
+  std::atomic<size_t> next{0};
+  std::vector<std::exception_ptr> errors(lines.size());
+  auto work = [&] {
+    for (size_t i = next++; i < lines.size(); i = next++) {
+      try {
+        const auto record = parse_json_line(lines[i].text, o.input, lines[i].number);
+        for (const auto& key : o.json_keys) {
+          encoded[i].push_back(
+              encode_document(tokenizer, json_texts(record, key, o.input, lines[i].number), o.append_eod));
+        }
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t w = 1; w < std::min(workers, lines.size()); ++w) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
 }  // namespace
 
 PreprocessResult preprocess_jsonl(const PreprocessOptions& o) {
   LOOM_CHECK(!o.input.empty(), ValueError, "--input is required");
   LOOM_CHECK(!o.output_prefix.empty(), ValueError, "--output-prefix is required");
   LOOM_CHECK(!o.json_keys.empty(), ValueError, "--json-keys needs at least one key");
-  LOOM_CHECK(o.workers >= 1, ValueError, "--workers must be at least 1, got ", o.workers);
-  const Tokenizer tokenizer(o.tokenizer_model);
-  LOOM_CHECK(!o.append_eod || tokenizer.eod_id() >= 0, DataError, "tokenizer ", o.tokenizer_model,
-             " has no end-of-sequence id, so --append-eod has nothing to append");
+  LOOM_CHECK(o.workers >= 0, ValueError, "--workers must be at least 1 (or 0: one per core), got ", o.workers);
+  LOOM_CHECK(!o.tokenizer.empty(), ValueError, "--tokenizer is required");
+  const std::unique_ptr<Tokenizer> loaded = load_tokenizer(o.tokenizer);
+  const Tokenizer& tokenizer = *loaded;
+  LOOM_CHECK(!o.append_eod || tokenizer.eod_id() >= 0, DataError, "tokenizer ", o.tokenizer,
+             " has no end-of-sequence id, so --append-eod has nothing to append (for a tokenizer.json, pass the "
+             "model's folder: its tokenizer_config.json names eos_token)");
   const TokenDType dtype = optimal_token_dtype(tokenizer.vocab_size());
   const std::filesystem::path out_dir = std::filesystem::path(o.output_prefix).parent_path();
   if (!out_dir.empty()) std::filesystem::create_directories(out_dir);
@@ -109,7 +142,8 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& o) {
   try {
     JsonlReader reader(o.input);
     Progress progress(o.progress);
-    const size_t workers = static_cast<size_t>(o.workers);
+    const size_t workers = o.workers > 0 ? static_cast<size_t>(o.workers)
+                                         : std::max<size_t>(1, std::thread::hardware_concurrency());
     const size_t chunk = 256 * workers;
     std::vector<Line> lines;
     // encoded[line][key]
@@ -122,38 +156,7 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& o) {
       while (lines.size() < chunk && (more = reader.next(line.text, line.number))) lines.push_back(line);
       if (lines.empty()) break;
       encoded.assign(lines.size(), {});
-      auto encode_range = [&](size_t begin, size_t end) {
-        for (size_t i = begin; i < end; ++i) {
-          const auto record = parse_json_line(lines[i].text, o.input, lines[i].number);
-          for (const auto& key : o.json_keys) {
-            encoded[i].push_back(encode_document(tokenizer, json_texts(record, key, o.input, lines[i].number),
-                                                 o.append_eod));
-          }
-        }
-      };
-      if (workers == 1) {
-        encode_range(0, lines.size());
-      } else {
-        // Contiguous ranges per thread; the first error in line order wins so messages are stable.
-        std::vector<std::exception_ptr> errors(workers);
-        std::vector<std::thread> pool;
-        const size_t per = (lines.size() + workers - 1) / workers;
-        for (size_t w = 0; w < workers; ++w) {
-          const size_t begin = std::min(lines.size(), w * per);
-          const size_t end = std::min(lines.size(), begin + per);
-          pool.emplace_back([&, w, begin, end] {
-            try {
-              encode_range(begin, end);
-            } catch (...) {
-              errors[w] = std::current_exception();
-            }
-          });
-        }
-        for (auto& t : pool) t.join();
-        for (auto& e : errors) {
-          if (e) std::rethrow_exception(e);
-        }
-      }
+      encode_lines(tokenizer, o, lines, encoded, workers);
       for (size_t i = 0; i < lines.size(); ++i) {
         for (size_t k = 0; k < o.json_keys.size(); ++k) {
           const EncodedDocument& doc = encoded[i][k];

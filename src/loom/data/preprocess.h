@@ -14,9 +14,9 @@ struct PreprocessOptions {
   std::string input;                          // JSON lines
   std::vector<std::string> json_keys = {"text"};
   std::string output_prefix;
-  std::string tokenizer_model;                // SentencePiece .model
+  std::string tokenizer;                      // tokenizer.json, SentencePiece .model, or a model folder
   bool append_eod = false;
-  int64_t workers = 1;                        // encoding threads
+  int64_t workers = 0;                        // encoding threads; 0: one per core
   bool progress = true;                       // progress lines on stderr every few seconds
 };
 

@@ -1,4 +1,4 @@
-#include "loom/data/tokenizer.h"
+#include "loom/data/tokenizer/sentencepiece_tokenizer.h"
 
 #include <filesystem>
 #include <fstream>
@@ -11,44 +11,74 @@
 #include "loom/core/error.h"
 #include "loom/core/log.h"
 #include "loom/data/jsonl_reader.h"
+#include "loom/data/tokenizer/tokenizer_config.h"
+#include "loom/data/tokenizer/unicode.h"
 
 namespace loom::data {
 
-Tokenizer::Tokenizer(const std::string& model_path)
-    : path_(model_path), processor_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
+SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path, const TokenizerConfig& config)
+    : processor_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
+  path_ = model_path;
   std::error_code ec;
   LOOM_CHECK(std::filesystem::is_regular_file(model_path, ec), DataError, "tokenizer model ", model_path,
              " does not exist (train one with `loom tokenizer train`)");
   const auto status = processor_->Load(model_path);
-  LOOM_CHECK(status.ok(), DataError, "cannot load the SentencePiece model ", model_path, ": ",
-             status.ToString());
+  // SentencePiece's own message is about protobuf parsing; say what the file should have been.
+  LOOM_CHECK(status.ok(), DataError, model_path, " is neither a Hugging Face tokenizer.json nor a SentencePiece "
+             "model; pass the model's tokenizer.json, its tokenizer.model, or its folder");
+  bos_id_ = processor_->bos_id();
+  eos_id_ = processor_->eos_id();
+  pad_id_ = processor_->pad_id();
+  unk_id_ = processor_->unk_id();
+  configure(config);
 }
 
-Tokenizer::~Tokenizer() = default;
-Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
-Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
-std::vector<int64_t> Tokenizer::encode(std::string_view text) const {
-  std::vector<int> ids;
-  const auto status = processor_->Encode(text, &ids);
-  LOOM_CHECK(status.ok(), DataError, "tokenizer ", path_, ": cannot encode text: ", status.ToString());
-  return std::vector<int64_t>(ids.begin(), ids.end());
+Encoding SentencePieceTokenizer::encode_with_spans(std::string_view text, bool) const {
+  const size_t bad = invalid_utf8_offset(text);
+  LOOM_CHECK(bad == std::string_view::npos, DataError, "text is not valid UTF-8 (byte ", bad, " of ", text.size(),
+             "); tokenizer ", path_, " encodes Unicode text only: fix or drop the input");
+  sentencepiece::ImmutableSentencePieceText pieces;
+  const auto status = processor_->Encode(text, pieces.mutable_proto());
+  LOOM_CHECK(status.ok(), DataError, "tokenizer ", path_, ": cannot encode text: ", status.message());
+  Encoding out;
+  for (size_t i = 0; i < pieces.pieces_size(); ++i) {
+    const auto piece = pieces.pieces(static_cast<int>(i));
+    out.ids.push_back(piece.id());
+    out.spans.push_back({piece.begin(), piece.end()});
+  }
+  return out;
 }
 
-std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
-  std::vector<int> narrow(ids.begin(), ids.end());
+std::string SentencePieceTokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
+  std::vector<int> narrow;
+  narrow.reserve(ids.size());
+  for (const int64_t id : ids) {
+    LOOM_CHECK(id >= 0 && id < vocab_size(), DataError, "id ", id, " is not a token of ", path_, " (vocabulary of ",
+               vocab_size(), "); were the ids made by another tokenizer?");
+    if (skip_special_tokens && processor_->IsControl(static_cast<int>(id))) continue;
+    narrow.push_back(static_cast<int>(id));
+  }
   std::string text;
   const auto status = processor_->Decode(narrow, &text);
-  LOOM_CHECK(status.ok(), DataError, "tokenizer ", path_, ": cannot decode: ", status.ToString());
+  LOOM_CHECK(status.ok(), DataError, "tokenizer ", path_, ": cannot decode: ", status.message());
   return text;
 }
 
-int64_t Tokenizer::vocab_size() const { return processor_->GetPieceSize(); }
-int64_t Tokenizer::eod_id() const { return processor_->eos_id(); }
-int64_t Tokenizer::pad_id() const { return processor_->pad_id(); }
-int64_t Tokenizer::bos_id() const { return processor_->bos_id(); }
-int64_t Tokenizer::unk_id() const { return processor_->unk_id(); }
-std::string Tokenizer::id_to_piece(int64_t id) const { return processor_->IdToPiece(static_cast<int>(id)); }
+int64_t SentencePieceTokenizer::vocab_size() const { return processor_->GetPieceSize(); }
+
+std::string SentencePieceTokenizer::id_to_token(int64_t id) const {
+  LOOM_CHECK(id >= 0 && id < vocab_size(), DataError, "id ", id, " is outside the vocabulary of ", path_);
+  return processor_->IdToPiece(static_cast<int>(id));
+}
+
+std::optional<int64_t> SentencePieceTokenizer::token_to_id(std::string_view token) const {
+  const int id = processor_->PieceToId(token);
+  // PieceToId answers unk for anything unknown; only the unknown piece itself maps there.
+  if (id == processor_->unk_id() && processor_->IdToPiece(id) != token) return std::nullopt;
+  return id;
+}
 
 namespace {
 

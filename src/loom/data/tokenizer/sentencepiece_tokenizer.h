@@ -1,6 +1,6 @@
-// SentencePiece tokenizer: encoding for preprocessing, the special ids the dataset options refer
-// to (eod = the model's end-of-sequence id, as Megatron's SentencePiece tokenizers define it),
-// and training a model from JSON-lines text.
+// SentencePiece models (.model) behind the Tokenizer interface, and training one from JSON-lines
+// text (`loom tokenizer train`). eod = the model's end-of-sequence id, as Megatron's SentencePiece
+// tokenizers define it.
 #pragma once
 
 #include <cstdint>
@@ -9,31 +9,28 @@
 #include <string_view>
 #include <vector>
 
+#include "loom/data/tokenizer/tokenizer.h"
+
 namespace sentencepiece { class SentencePieceProcessor; }
 
 namespace loom::data {
 
-class Tokenizer {
+class SentencePieceTokenizer final : public Tokenizer {
  public:
-  // Loads a SentencePiece .model; DataError naming the path when it is missing or invalid.
-  explicit Tokenizer(const std::string& model_path);
-  ~Tokenizer();
-  Tokenizer(Tokenizer&&) noexcept;
-  Tokenizer& operator=(Tokenizer&&) noexcept;
+  // DataError naming the path when it is missing or not a SentencePiece model. `config` (a
+  // tokenizer_config.json beside the model, or empty) may rename the special tokens.
+  SentencePieceTokenizer(const std::string& model_path, const TokenizerConfig& config);
+  ~SentencePieceTokenizer() override;
 
-  // Thread-safe (SentencePiece encoding is const).
-  std::vector<int64_t> encode(std::string_view text) const;
-  std::string decode(const std::vector<int64_t>& ids) const;
-  int64_t vocab_size() const;
-  int64_t eod_id() const;  // end-of-document = eos; -1 when the model has none
-  int64_t pad_id() const;  // -1 when the model has none
-  int64_t bos_id() const;
-  int64_t unk_id() const;
-  std::string id_to_piece(int64_t id) const;
-  const std::string& model_path() const { return path_; }
+  // SentencePiece adds no special tokens: add_special_tokens has no effect.
+  Encoding encode_with_spans(std::string_view text, bool add_special_tokens = true) const override;
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = false) const override;
+  int64_t vocab_size() const override;
+  std::string id_to_token(int64_t id) const override;
+  std::optional<int64_t> token_to_id(std::string_view token) const override;
+  std::string kind() const override { return "sentencepiece"; }
 
  private:
-  std::string path_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
 };
 
