@@ -47,7 +47,7 @@
 #include "loom/optim/muon.h"
 #include "loom/train/causal_lm_model.h"
 #include "loom/train/hardware.h"
-#include "loom/train/muon_sharding.h"
+#include "loom/optim/placement_muon_sharding.h"
 #include "cpu_path.h"
 
 using namespace loom;
@@ -161,13 +161,13 @@ int run(int argc, char** argv, dist::Runtime& rt) {
              optimizer, "'");
   std::unique_ptr<optim::Optimizer> opt;
   optim::Muon* muon = nullptr;
-  std::shared_ptr<train::PlacementMuonSharding> sharding;
+  std::shared_ptr<optim::PlacementMuonSharding> sharding;
   if (optimizer == "muon") {
     optim::MuonOptions mo;
     mo.learning_rate = 3e-4;  // also the AdamW fallback's (embedding, output layer): keep it sane
     mo.comm_strategy = comm_strategy;
     const train::CausalLMModel facts(built.args, built.model);
-    if (mesh) sharding = train::PlacementMuonSharding::of_module(model, mesh);
+    if (mesh) sharding = optim::PlacementMuonSharding::of_module(model, mesh);
     auto m = std::make_unique<optim::Muon>(params, mo, facts.muon_info(), false, optim::WeightDecayRules{}, sharding);
     muon = m.get();
     opt = std::move(m);

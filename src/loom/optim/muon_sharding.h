@@ -14,9 +14,9 @@
 // other and with one process. A 3-D expert batch split along dim 0 in whole matrices needs no
 // exchange at all; neither does an unsharded parameter.
 //
-// optim sits below nn, dist and train in the layering, so Muon sees the layout through the
-// MuonSharding interface below; train/muon_sharding.h implements it from the parameters'
-// placements and the device mesh's groups.
+// Muon sees the layout only through the MuonSharding interface below, so it steps (and is tested)
+// without processes; placement_muon_sharding.h implements it from the parameters' placements and
+// the device mesh's groups.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +38,7 @@ MuonCommStrategy parse_muon_comm_strategy(const std::string& value);
 const char* muon_comm_strategy_name(MuonCommStrategy strategy);
 
 // A box of a parameter's local tensor and where it sits in the global tensor (same shape in
-// both): nn::Piece restated, because optim sits below nn.
+// both): nn::Piece restated, so that Muon itself needs nothing of nn.
 struct ShardBox {
   std::vector<int64_t> local_offset;
   std::vector<int64_t> global_offset;

@@ -21,12 +21,12 @@
 #include "loom/optim/grad_norm.h"
 #include "loom/optim/lr_scheduler.h"
 #include "loom/optim/optimizer_factory.h"
+#include "loom/optim/placement_muon_sharding.h"
 #include "loom/train/builtin_callbacks.h"
 #include "loom/train/config_json.h"
 #include "loom/train/distributed.h"
 #include "loom/train/finite_state.h"
 #include "loom/train/hardware.h"
-#include "loom/train/muon_sharding.h"
 #include "loom/train/pipeline_schedule.h"
 
 namespace loom::train {
@@ -192,7 +192,7 @@ void Trainer::build_optimizer() {
   context.model = model_->muon_info();
   context.swap = config_.swap.enable;
   context.model_no_decay = model_->no_weight_decay();
-  context.muon_sharding = PlacementMuonSharding::of_module(model_->module(), mesh_);
+  context.muon_sharding = optim::PlacementMuonSharding::of_module(model_->module(), mesh_);
   optimizer_ = optim::build_optimizer(optimizer_json(config_.optimizer), params, context);
   optimizer_->set_lr_scheduler(scheduler_);
   // Every rank writes its update or none does: the shards of one step never diverge.

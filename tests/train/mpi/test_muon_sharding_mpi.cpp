@@ -22,7 +22,7 @@
 #include "loom/optim/muon.h"
 #include "loom/train/causal_lm_model.h"
 #include "loom/train/finite_state.h"
-#include "loom/train/muon_sharding.h"
+#include "loom/optim/placement_muon_sharding.h"
 
 namespace loom::train {
 namespace {
@@ -30,6 +30,8 @@ namespace {
 using loom::testing::Json;
 using optim::Muon;
 using optim::MuonOptions;
+using optim::PlacementMuonSharding;
+using optim::matrix_split_axes;
 
 dist::Runtime& rt() { return *dist::Runtime::get(); }
 

@@ -9,10 +9,9 @@
 
 #include "loom/models/registry.h"
 #include "loom/optim/muon.h"
-#include "loom/train/causal_lm_model.h"
-#include "loom/train/muon_sharding.h"
+#include "loom/optim/placement_muon_sharding.h"
 
-namespace loom::train {
+namespace loom::optim {
 namespace {
 
 using nlohmann::ordered_json;
@@ -53,15 +52,18 @@ struct MatrixSet {
 MatrixSet deepseek_matrices(bool tensor_parallel) {
   const ordered_json section = deepseek_v3();
   models::BuiltModel built = models::build_model(section);
-  const CausalLMModel facts(built.args, built.model);
-  const optim::MuonModelInfo info = facts.muon_info();
-  const optim::MuonOptions options;
+  // The model's split of its fused weights is the standard schema of its MLA sizes
+  // (models/muon_info.h; tests/models checks that for every parameter).
+  const MlaDims mla{built.args.num_attention_heads, built.args.qk_nope_head_dim, built.args.qk_rope_head_dim,
+                    built.args.v_head_dim, built.args.q_lora_rank};
+  const MuonSplitSchema schema = MuonSplitSchema::standard(mla);
+  const MuonOptions options;
   MatrixSet set;
   for (auto& [name, p] : built.model->named_parameters()) {
-    if (!p->trainable || p->global_shape.ndim() != 2 || !optim::uses_newton_schulz(options, name, p->global_shape))
+    if (!p->trainable || p->global_shape.ndim() != 2 || !uses_newton_schulz(options, name, p->global_shape))
       continue;
     set.names.push_back(name);
-    set.work.push_back(optim::newton_schulz_work(info.schema->blocks(name, p->global_shape), 1,
+    set.work.push_back(newton_schulz_work(schema.blocks(name, p->global_shape), 1,
                                                  static_cast<int64_t>(options.ns_schedule.size())));
     const bool replicated = name.find("linear_qa") != std::string::npos || name.find("linear_kva") != std::string::npos ||
                             name.find("router") != std::string::npos;
@@ -142,4 +144,4 @@ TEST(MuonShardingPlan, OwnersBalanceDeepSeekV3Work) {
   }
 }
 
-}  // namespace loom::train
+}  // namespace loom::optim

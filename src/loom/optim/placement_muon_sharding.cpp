@@ -1,4 +1,4 @@
-#include "loom/train/muon_sharding.h"
+#include "loom/optim/placement_muon_sharding.h"
 
 #include <algorithm>
 #include <array>
@@ -8,7 +8,7 @@
 
 #include "loom/core/error.h"
 
-namespace loom::train {
+namespace loom::optim {
 
 namespace {
 
@@ -52,7 +52,7 @@ struct Region {
   std::array<int64_t, 3> local, whole, shape;
 };
 
-Region region_of(const optim::ShardBox& b) {
+Region region_of(const ShardBox& b) {
   if (b.shape.ndim() == 2)
     return {{0, b.local_offset[0], b.local_offset[1]}, {0, b.global_offset[0], b.global_offset[1]}, {1, b.shape[0], b.shape[1]}};
   return {{b.local_offset[0], b.local_offset[1], b.local_offset[2]},
@@ -65,14 +65,14 @@ Tensor part(const Tensor& t, const std::array<int64_t, 3>& offset, const std::ar
 }
 
 // A holder's local tensor (as [batch, rows, cols]) into the whole matrices, and back.
-void place(Tensor& whole, const Tensor& local, const std::vector<optim::ShardBox>& boxes) {
+void place(Tensor& whole, const Tensor& local, const std::vector<ShardBox>& boxes) {
   for (const auto& b : boxes) {
     const Region r = region_of(b);
     part(whole, r.whole, r.shape).copy_(part(local, r.local, r.shape));
   }
 }
 
-void take(Tensor& local, const Tensor& whole, const std::vector<optim::ShardBox>& boxes) {
+void take(Tensor& local, const Tensor& whole, const std::vector<ShardBox>& boxes) {
   for (const auto& b : boxes) {
     const Region r = region_of(b);
     part(local, r.local, r.shape).copy_(part(whole, r.whole, r.shape));
@@ -82,7 +82,7 @@ void take(Tensor& local, const Tensor& whole, const std::vector<optim::ShardBox>
 // ---- Layout descriptors exchanged once -----------------------------------------------------------
 // [ndim, local shape..., boxes, (local offset..., global offset..., shape...) per box]
 
-void encode(std::vector<int64_t>& out, const Shape& local, const std::vector<optim::ShardBox>& boxes) {
+void encode(std::vector<int64_t>& out, const Shape& local, const std::vector<ShardBox>& boxes) {
   out.push_back(local.ndim());
   for (int d = 0; d < local.ndim(); ++d) out.push_back(local[d]);
   out.push_back(static_cast<int64_t>(boxes.size()));
@@ -95,7 +95,7 @@ void encode(std::vector<int64_t>& out, const Shape& local, const std::vector<opt
 
 struct Decoded {
   Shape local_shape;
-  std::vector<optim::ShardBox> boxes;
+  std::vector<ShardBox> boxes;
 };
 
 Decoded decode(const std::vector<int64_t>& words, size_t& at) {
@@ -108,7 +108,7 @@ Decoded decode(const std::vector<int64_t>& words, size_t& at) {
   for (int i = 0; i < nd; ++i) d.local_shape.push_back(next());
   const int64_t boxes = next();
   for (int64_t i = 0; i < boxes; ++i) {
-    optim::ShardBox b;
+    ShardBox b;
     for (int k = 0; k < nd; ++k) b.local_offset.push_back(next());
     for (int k = 0; k < nd; ++k) b.global_offset.push_back(next());
     for (int k = 0; k < nd; ++k) b.shape.push_back(next());
@@ -216,7 +216,7 @@ OwnerPlan plan_owners(const dist::ParallelDims& dims, const std::vector<std::vec
       candidates.push_back(ranks);
     }
   }
-  const optim::OwnerAssignment a = optim::assign_owners(item_work, candidates, world);
+  const OwnerAssignment a = assign_owners(item_work, candidates, world);
   size_t item = 0;
   for (auto& groups : plan.groups)
     for (auto& g : groups) g.owner = a.owner[item++];
@@ -249,9 +249,9 @@ const ParamPlacement& PlacementMuonSharding::find(const std::string& name) const
   return it->second;
 }
 
-optim::ShardLayout PlacementMuonSharding::layout(const std::string& name) const {
+ShardLayout PlacementMuonSharding::layout(const std::string& name) const {
   const ParamPlacement& p = find(name);
-  optim::ShardLayout l;
+  ShardLayout l;
   l.global_shape = p.global_shape;
   for (const nn::Piece& piece : p.placement.pieces(p.global_shape))
     l.boxes.push_back({piece.local_offset, piece.global_offset, piece.shape});
@@ -306,14 +306,14 @@ void PlacementMuonSharding::exchange_layouts(const std::vector<std::string>& key
   }
 }
 
-void PlacementMuonSharding::plan(const std::vector<optim::SplitMatrix>& matrices, optim::MuonCommStrategy strategy) {
+void PlacementMuonSharding::plan(const std::vector<SplitMatrix>& matrices, MuonCommStrategy strategy) {
   LOOM_CHECK(matrices_.empty() && groups_.empty(), ValueError, "Muon sharding: plan() runs once, when Muon is built");
   strategy_ = strategy;
   const dist::ParallelDims& dims = mesh_->dims();
   std::vector<std::vector<std::string>> axes;
   std::vector<std::string> keys;
   std::vector<double> work;
-  for (const optim::SplitMatrix& m : matrices) {
+  for (const SplitMatrix& m : matrices) {
     const ParamPlacement& p = find(m.name);
     axes.push_back(matrix_split_axes(p, dims));
     LOOM_CHECK(!axes.back().empty(), ValueError, "Muon sharding: '", m.name,
@@ -333,7 +333,7 @@ void PlacementMuonSharding::plan(const std::vector<optim::SplitMatrix>& matrices
     matrices_.push_back(std::move(planned));
   }
   exchange_layouts(keys);
-  if (strategy_ != optim::MuonCommStrategy::allgather_deredundency) return;
+  if (strategy_ != MuonCommStrategy::allgather_deredundency) return;
   const OwnerPlan owners = plan_owners(dims, axes, work);
   for (size_t j = 0; j < matrices_.size(); ++j) {
     const std::vector<int>& members = matrices_[j].group->members();
@@ -346,9 +346,9 @@ void PlacementMuonSharding::plan(const std::vector<optim::SplitMatrix>& matrices
   }
 }
 
-void PlacementMuonSharding::orthogonalize(std::vector<optim::SplitUpdate>& updates, const optim::WholeMatrixNs& ns) {
+void PlacementMuonSharding::orthogonalize(std::vector<SplitUpdate>& updates, const WholeMatrixNs& ns) {
   for (size_t i = 0; i < updates.size(); ++i) {
-    const optim::SplitUpdate& u = updates[i];
+    const SplitUpdate& u = updates[i];
     LOOM_CHECK(u.matrix < matrices_.size() && (i == 0 || u.matrix > updates[i - 1].matrix), ValueError,
                "Muon sharding: updates must name planned matrices in ascending order");
     const Planned& p = matrices_[u.matrix];
@@ -357,14 +357,14 @@ void PlacementMuonSharding::orthogonalize(std::vector<optim::SplitUpdate>& updat
                ShapeError, "Muon sharding: the update of '", p.name, "' is ", u.local.shape().str(), " ",
                dtype_name(u.local.dtype()), "; this rank holds a contiguous float32 ", mine.local_shape.str());
   }
-  if (strategy_ == optim::MuonCommStrategy::allgather)
-    for (optim::SplitUpdate& u : updates) gather_whole(matrices_[u.matrix], u.local, u.matrix, ns);
+  if (strategy_ == MuonCommStrategy::allgather)
+    for (SplitUpdate& u : updates) gather_whole(matrices_[u.matrix], u.local, u.matrix, ns);
   else
     via_owners(updates, ns);
 }
 
 void PlacementMuonSharding::gather_whole(const Planned& p, const Tensor& local, size_t matrix,
-                                         const optim::WholeMatrixNs& ns) {
+                                         const WholeMatrixNs& ns) {
   dist::ProcessGroup& g = *p.group;
   const int64_t n = g.size();
   Tensor send = Tensor::zeros({p.largest}, DType::bf16);
@@ -383,9 +383,9 @@ void PlacementMuonSharding::gather_whole(const Planned& p, const Tensor& local, 
   take(mine, whole32, p.holders[static_cast<size_t>(g.rank())].boxes);
 }
 
-void PlacementMuonSharding::via_owners(std::vector<optim::SplitUpdate>& updates, const optim::WholeMatrixNs& ns) {
+void PlacementMuonSharding::via_owners(std::vector<SplitUpdate>& updates, const WholeMatrixNs& ns) {
   auto span_of = [](const Tensor& t) { return std::span<bf16>(t.data<bf16>(), static_cast<size_t>(t.numel())); };
-  auto owns = [this](const optim::SplitUpdate& u) { return matrices_[u.matrix].group->rank() == matrices_[u.matrix].owner; };
+  auto owns = [this](const SplitUpdate& u) { return matrices_[u.matrix].group->rank() == matrices_[u.matrix].owner; };
   // 1. Every holder's U reaches its owner, matrix by matrix.
   std::vector<Tensor> whole(updates.size());
   for (size_t i = 0; i < updates.size(); ++i) {
@@ -465,4 +465,4 @@ void PlacementMuonSharding::reset_comm_stats() {
   for (auto& [key, g] : groups_) g->reset_stats();
 }
 
-}  // namespace loom::train
+}  // namespace loom::optim

@@ -1,7 +1,6 @@
-// Muon's whole-matrix view of a parallel layout (optim/muon_sharding.h), built from the
-// parameters' placements and the device mesh (reference/parallel.md §5, spec
-// training_hyperparameters.md §1.2 `comm_strategy`). optim cannot see nn or dist, dist cannot
-// see optim; train sees both, so the glue lives here.
+// Muon's whole-matrix view of a parallel layout (muon_sharding.h), built from the parameters'
+// placements and the device mesh (reference/parallel.md §5, spec training_hyperparameters.md
+// §1.2 `comm_strategy`): what the trainer hands Muon when the strategies have sharded the model.
 //
 // Split matrices and their holders. A Muon parameter is split when its placement shards one of
 // its matrix dims (the last two) over a mesh axis of more than one rank. Its holder group is the
@@ -43,7 +42,7 @@
 #include "loom/nn/placement.h"
 #include "loom/optim/muon_sharding.h"
 
-namespace loom::train {
+namespace loom::optim {
 
 // Where one parameter lives: what Muon's view is computed from.
 struct ParamPlacement {
@@ -74,16 +73,16 @@ struct OwnerPlan {
 OwnerPlan plan_owners(const dist::ParallelDims& dims, const std::vector<std::vector<std::string>>& split_axes,
                       const std::vector<double>& work);
 
-class PlacementMuonSharding final : public optim::MuonSharding {
+class PlacementMuonSharding final : public MuonSharding {
  public:
   PlacementMuonSharding(std::shared_ptr<dist::DeviceMesh> mesh, std::vector<ParamPlacement> params);
   // Every parameter of `module` with its global shape and placement (read when built: build it
   // after the parallel strategies ran).
   static std::shared_ptr<PlacementMuonSharding> of_module(nn::Module& module, std::shared_ptr<dist::DeviceMesh> mesh);
 
-  optim::ShardLayout layout(const std::string& name) const override;
-  void plan(const std::vector<optim::SplitMatrix>& matrices, optim::MuonCommStrategy strategy) override;
-  void orthogonalize(std::vector<optim::SplitUpdate>& updates, const optim::WholeMatrixNs& ns) override;
+  ShardLayout layout(const std::string& name) const override;
+  void plan(const std::vector<SplitMatrix>& matrices, MuonCommStrategy strategy) override;
+  void orthogonalize(std::vector<SplitUpdate>& updates, const WholeMatrixNs& ns) override;
 
   // After plan(): the planned matrices, the world ranks holding matrix i with this rank, and the
   // world rank that runs its Newton–Schulz (allgather_deredundency; -1 under allgather: all do).
@@ -99,7 +98,7 @@ class PlacementMuonSharding final : public optim::MuonSharding {
   // One holder's local tensor: its shape and boxes, the same for every rank of the group.
   struct Holder {
     Shape local_shape;
-    std::vector<optim::ShardBox> boxes;
+    std::vector<ShardBox> boxes;
   };
   struct Planned {
     std::string name;
@@ -113,14 +112,14 @@ class PlacementMuonSharding final : public optim::MuonSharding {
   const ParamPlacement& find(const std::string& name) const;
   void make_groups(const std::vector<std::vector<std::string>>& axes);
   void exchange_layouts(const std::vector<std::string>& keys);
-  void gather_whole(const Planned& p, const Tensor& local, size_t matrix, const optim::WholeMatrixNs& ns);
-  void via_owners(std::vector<optim::SplitUpdate>& updates, const optim::WholeMatrixNs& ns);
+  void gather_whole(const Planned& p, const Tensor& local, size_t matrix, const WholeMatrixNs& ns);
+  void via_owners(std::vector<SplitUpdate>& updates, const WholeMatrixNs& ns);
 
   std::shared_ptr<dist::DeviceMesh> mesh_;
   std::map<std::string, ParamPlacement> params_;
-  optim::MuonCommStrategy strategy_ = optim::MuonCommStrategy::allgather;
+  MuonCommStrategy strategy_ = MuonCommStrategy::allgather;
   std::map<std::string, std::shared_ptr<dist::ProcessGroup>> groups_;  // by split-axes key
   std::vector<Planned> matrices_;
 };
 
-}  // namespace loom::train
+}  // namespace loom::optim
