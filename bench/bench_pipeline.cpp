@@ -50,7 +50,6 @@
 #include "loom/optim/lr_scheduler.h"
 #include "loom/optim/optimizer_factory.h"
 #include "loom/train/causal_lm_model.h"
-#include "loom/train/config_json.h"
 #include "loom/train/distributed.h"
 #include "loom/train/pipeline_schedule.h"
 #include "loom/train/hardware.h"
@@ -114,8 +113,8 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   optim::NamedParams params;
   for (auto& [name, local] : model->module().local_parameters()) params.push_back({name, local});
   auto scheduler = std::shared_ptr<optim::LrScheduler>(
-      optim::build_lr_scheduler(train::lr_scheduler_json(cfg.lr_scheduler), cfg.training.steps));
-  std::unique_ptr<optim::Optimizer> optimizer = optim::build_optimizer(train::optimizer_json(cfg.optimizer), params);
+      optim::build_lr_scheduler(cfg.lr_scheduler.section, cfg.training.steps));
+  std::unique_ptr<optim::Optimizer> optimizer = optim::build_optimizer(cfg.optimizer.section, params);
   optimizer->set_lr_scheduler(scheduler);
 
   // One activation's transfer between neighbouring stages (pp ranks 0 and 1): half the median

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "config_test_util.h"
+#include "loom/optim/optimizer_factory.h"
 
 using namespace loom;
 using namespace loom::config;
@@ -84,6 +85,26 @@ TEST(OptimizerRules, MuonExtras) {
   EXPECT_EQ(errors("optimizer:\n  type: Muon\n  qk_clip_enabled: false\n  qk_clip_threshold: 0\n" + kMla), "");
 }
 
+// §1.2 field table: Muon's weight_decay defaults to 0.1 and its eps to 1.0e-7, not AdamW's 0.01 and
+// 1.0e-8 (§1.1). The trainer builds the optimizer from the section as written, through
+// optim::read_optimizer_section; the typed fields show the same values.
+TEST(OptimizerRules, MuonTakesItsOwnDefaults) {
+  const LoadedConfig c = load("optimizer:\n  type: Muon\n" + kMla);
+  EXPECT_DOUBLE_EQ(c.config.optimizer.weight_decay, 0.1);
+  EXPECT_DOUBLE_EQ(c.config.optimizer.eps, 1e-7);
+  optim::OptionProblems problems;
+  const optim::OptimizerSection built = optim::read_optimizer_section(c.config.optimizer.section, problems);
+  ASSERT_TRUE(std::holds_alternative<optim::MuonOptions>(built.options));
+  const optim::MuonOptions& muon = std::get<optim::MuonOptions>(built.options);
+  EXPECT_DOUBLE_EQ(muon.weight_decay, 0.1);
+  EXPECT_DOUBLE_EQ(muon.eps, 1e-7);
+  EXPECT_TRUE(problems.all().empty());
+  // Written values still win.
+  const LoadedConfig set = load("optimizer:\n  type: Muon\n  weight_decay: 0.01\n  eps: 1.e-8\n" + kMla);
+  EXPECT_DOUBLE_EQ(set.config.optimizer.weight_decay, 0.01);
+  EXPECT_DOUBLE_EQ(set.config.optimizer.eps, 1e-8);
+}
+
 TEST(OptimizerRules, MuonWarnsAboutAdamWBetas) {
   EXPECT_NE(warnings("optimizer:\n  type: Muon\n  betas: [0.8, 0.9]\n" + kMla).find("is not used by Muon"),
             std::string::npos);
@@ -92,8 +113,10 @@ TEST(OptimizerRules, MuonWarnsAboutAdamWBetas) {
 // §2: the scheduler types of the registry and their lower-case aliases (semantics §3).
 TEST(SchedulerRules, TypesAndAliases) {
   for (const char* type : {"ConstantWarmUpLR", "LinearWithWarmUpLR", "CosineWithWarmUpLR", "CosineWithRestartsAndWarmUpLR",
-                           "PolynomialWithWarmUpLR", "WarmUpStableDecayLR", "ConstantWithCoolDownLR"})
+                           "PolynomialWithWarmUpLR"})
     EXPECT_EQ(errors(std::string("lr_scheduler:\n  type: ") + type + "\n  warmup_steps: 0\n"), "") << type;
+  EXPECT_EQ(errors("lr_scheduler:\n  type: WarmUpStableDecayLR\n  warmup_steps: 0\n  decay_start_steps: 10\n"), "");
+  EXPECT_EQ(errors("lr_scheduler:\n  type: ConstantWithCoolDownLR\n  warmup_steps: 0\n  decay_steps: 10\n"), "");
   EXPECT_EQ(errors("lr_scheduler:\n  type: CosineAnnealingLR\n  base_lr: 1.e-5\n  t_max: 10\n"), "");
   EXPECT_EQ(errors("lr_scheduler:\n  type: CosineAnnealingWarmRestarts\n  base_lr: 1.e-5\n  t_0: 10\n"), "");
   const std::pair<const char*, const char*> aliases[] = {
@@ -133,6 +156,18 @@ TEST(SchedulerRules, WarmupIsRequiredWhereItDefaultsToNone) {
                                                                        "warmup_ratio"),
             std::string::npos);
   EXPECT_EQ(errors("lr_scheduler:\n  type: CosineWithWarmUpLR\n"), "");  // warmup_steps defaults to 0 there
+}
+
+// semantics §3: WSD's decay_start_steps and the cool-down's decay_steps also default to None and
+// go through _get_lr_steps; check-config refuses what the trainer's build refuses.
+TEST(SchedulerRules, DecayStartAndCoolDownAreRequired) {
+  EXPECT_NE(errors("lr_scheduler:\n  type: WarmUpStableDecayLR\n  warmup_steps: 0\n")
+                .find("lr_scheduler: WarmUpStableDecayLR needs decay_start_steps or decay_start_ratio"),
+            std::string::npos);
+  EXPECT_NE(errors("lr_scheduler:\n  type: ConstantWithCoolDownLR\n  warmup_steps: 0\n")
+                .find("lr_scheduler: ConstantWithCoolDownLR needs decay_steps or decay_ratio"),
+            std::string::npos);
+  EXPECT_EQ(errors("lr_scheduler:\n  type: WarmUpStableDecayLR\n  warmup_steps: 0\n  decay_start_ratio: 0.8\n"), "");
 }
 
 TEST(SchedulerRules, FieldRangesAndTypes) {

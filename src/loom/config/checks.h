@@ -15,6 +15,7 @@
 #include "loom/data/loader_options.h"
 #include "loom/memory/policy.h"
 #include "loom/models/model_args.h"
+#include "loom/optim/option_reader.h"
 
 namespace loom::config::detail {
 
@@ -62,9 +63,11 @@ ParallelChecks check_parallelism(const TrainConfig& config, const models::ModelA
 std::optional<ParallelLayout> resolve_layout(const TrainConfig& config, int world_size,
                                              std::optional<PipelinePlan> pipeline, Diagnostics& diag);
 
-// optimizer and lr_scheduler; resolves scheduler aliases to class names (optimizer_checks.cpp).
+// optimizer and lr_scheduler, read and checked through optim; their typed fields take what optim
+// read (scheduler aliases become class names) (optimizer_checks.cpp).
+void read_option_sections(TrainConfig& config, Diagnostics& diag);
+// What Muon needs of the model and of the memory sections (optimizer_checks.cpp).
 void check_optimizer(const TrainConfig& config, const models::ModelArgs& model, Diagnostics& diag);
-void check_lr_scheduler(TrainConfig& config, Diagnostics& diag);
 
 // recompute, recompute_comm, swap and their combinations, and the options the memory layer takes
 // (memory_checks.cpp). Layer ids count the MTP layers after the decoder layers.
@@ -80,8 +83,8 @@ std::optional<std::int64_t> extra_int(const Json& obj, const char* key, const st
 std::optional<bool> extra_bool(const Json& obj, const char* key, const std::string& prefix, Diagnostics& diag);
 std::optional<std::string> extra_string(const Json& obj, const char* key, const std::string& prefix,
                                         Diagnostics& diag);
-// A JSON value in messages: 'abc', 3, 0.5, true, [..].
-std::string describe_json(const Json& value);
+// A JSON value in messages: 'abc', 3, 0.5, true, [..] (optim writes its own values the same way).
+using optim::describe_json;
 
 // Warns about pass-through keys that look like misspellings of `known` names.
 void warn_unknown_extras(const Json& extras, const std::vector<std::string>& known, const std::string& prefix,

@@ -55,8 +55,9 @@ LoadedConfig load_config_text(const std::string& yaml, const std::string& source
   detail::read_value(ctx, root, "", config);
   const bool typed_cleanly = !diag.has_errors();
 
-  // Aliases become class names first: everything after sees the scheduler by its name.
-  detail::check_lr_scheduler(config, diag);
+  // The sections optim reads, first: everything after sees the scheduler by its class name and the
+  // optimizer's values as the run uses them.
+  detail::read_option_sections(config, diag);
   // A mistyped batch size or degree would be replaced by its default and then produce
   // misleading layout errors; the layout waits until the values themselves are right.
   std::optional<int> world_size = options.world_size;

@@ -8,6 +8,7 @@
 
 #include "loom/config/config_node.h"
 #include "loom/core/error.h"
+#include "loom/core/text.h"
 
 namespace loom {
 // The configuration cannot be read at all: missing file, not UTF-8 text, not YAML, too large,
@@ -67,14 +68,9 @@ class Diagnostics {
   std::vector<std::string> notes_;
 };
 
-// The candidates closest to `word` (ties in candidate order) that are likely typos of it.
-std::vector<std::string> closest_matches(const std::string& word, const std::vector<std::string>& candidates);
-
-// The candidate closest to `word` by edit distance (case-insensitive, a swap of two neighbours
-// counts as one edit) if it is close enough to be a likely typo, else "".
-std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
-
-// "; did you mean 'x'?" (or "'x' or 'y'" for a tie), or "" when nothing is close.
-std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
+// Did-you-mean hints (loom/core/text.h; optim's messages use them too).
+using loom::closest_match;
+using loom::closest_matches;
+using loom::did_you_mean;
 
 }  // namespace loom::config

@@ -1,5 +1,6 @@
 #include "loom/config/field_reader.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -204,7 +205,39 @@ std::string owning_section(const std::string& key) {
   return "";
 }
 
+// The section as written, and its keys that are not dataclass fields as extras.
+template <class S>
+void read_as_written(ReadContext& ctx, const ConfigNode& node, const std::string& path, S& out) {
+  if (!node.is_map()) {
+    not_a_mapping(ctx, node, path, S::kClassName);
+    return;
+  }
+  out.section = to_json(node);
+  const std::vector<std::string> fields = field_names<S>();
+  for (const auto& e : node.entries) {
+    if (std::find(fields.begin(), fields.end(), e.key) != fields.end()) {
+      ctx.explicit_fields.insert(child_path(path, e.key));
+    } else {
+      out.extras[e.key] = to_json(e.value);
+    }
+  }
+}
+
 }  // namespace
+
+void read_value(ReadContext& ctx, const ConfigNode& node, const std::string& path, OptimizerConfig& out) {
+  read_as_written(ctx, node, path, out);
+}
+
+void read_value(ReadContext& ctx, const ConfigNode& node, const std::string& path, LrSchedulerConfig& out) {
+  read_as_written(ctx, node, path, out);
+}
+
+void not_a_mapping(ReadContext& ctx, const ConfigNode& node, const std::string& path, const char* class_name) {
+  const std::string hint =
+      node.is_null() ? "; write its fields indented under it, or delete the line to use the defaults" : "";
+  ctx.diag.error(path, std::string("expected a mapping of ") + class_name + " fields, got " + describe(node) + hint);
+}
 
 void report_unknown_key(ReadContext& ctx, const std::string& path, const std::string& key, const char* class_name,
                         const std::vector<std::string>& allowed) {

@@ -116,6 +116,13 @@ void read_value(ReadContext& ctx, const ConfigNode& node, const std::string& pat
 void read_value(ReadContext& ctx, const ConfigNode& node, const std::string& path, LayerSpecs& out);
 void read_value(ReadContext& ctx, const ConfigNode& node, const std::string& path, ModuleSelectMap& out);
 void read_value(ReadContext& ctx, const ConfigNode& node, const std::string& path, PipelineLayersPerStage& out);
+// optimizer and lr_scheduler are kept as written, for optim to type and check (optimizer_checks.cpp
+// then fills their typed fields from what optim read).
+void read_value(ReadContext& ctx, const ConfigNode& node, const std::string& path, OptimizerConfig& out);
+void read_value(ReadContext& ctx, const ConfigNode& node, const std::string& path, LrSchedulerConfig& out);
+
+// "expected a mapping of <class_name> fields, got ...": a section written as something else.
+void not_a_mapping(ReadContext& ctx, const ConfigNode& node, const std::string& path, const char* class_name);
 
 template <Section S>
 void read_value(ReadContext& ctx, const ConfigNode& node, const std::string& path, S& out);
@@ -211,10 +218,7 @@ void report_unknown_key(ReadContext& ctx, const std::string& path, const std::st
 template <Section S>
 void read_value(ReadContext& ctx, const ConfigNode& node, const std::string& path, S& out) {
   if (!node.is_map()) {
-    std::string hint = node.is_null()
-                           ? "; write its fields indented under it, or delete the line to use the defaults"
-                           : "";
-    ctx.diag.error(path, std::string("expected a mapping of ") + S::kClassName + " fields, got " + describe(node) + hint);
+    not_a_mapping(ctx, node, path, S::kClassName);
     return;
   }
   std::vector<bool> used(node.entries.size(), false);

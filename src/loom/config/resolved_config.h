@@ -10,8 +10,9 @@
 //   recompute/swap  memory_checks.cpp (layer specs, prefetch range, recompute/swap combinations)
 //   loader          dataset_section.cpp (train_dataset's data-loader keys)
 //   memory          memory_estimate.cpp (bytes per rank and host; a run the host cannot hold is a gap)
-//   -               section_checks.cpp, optimizer_checks.cpp (training, checkpoint, monitor,
-//                   profiler, optimizer, lr_scheduler, ...: read by the trainer as sections)
+//   -               section_checks.cpp (training, checkpoint, monitor, profiler, ...: read by the
+//                   trainer as sections); optimizer_checks.cpp checks optimizer and lr_scheduler
+//                   through optim, which the trainer builds them with (from the sections as written)
 // Below config, dist::ParallelDims, memory::plan_memory and data::build_data_loader assert on
 // these values. plan_memory still matches the patterns against the built module tree and refuses
 // a module both recomputed and swapped, which only the tree shows.

@@ -10,24 +10,9 @@
 
 namespace loom::config::detail {
 
-std::string describe_json(const Json& v) {
-  if (v.is_string()) return "'" + v.get<std::string>() + "'";
-  if (v.is_number_float()) return format_float(v.get<double>());
-  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
-  return v.dump();
-}
-
 namespace {
 
-std::string type_of(const Json& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "bool";
-  if (v.is_number_integer()) return "int";
-  if (v.is_number_float()) return "float";
-  if (v.is_string()) return "str";
-  if (v.is_array()) return "list";
-  return "map";
-}
+std::string type_of(const Json& v) { return optim::json_type_name(v); }
 
 const Json* find_key(const Json& obj, const char* key) {
   if (!obj.is_object()) return nullptr;

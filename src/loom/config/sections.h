@@ -176,6 +176,12 @@ struct ParallelismConfig {
   }
 };
 
+// The `optimizer:` and `lr_scheduler:` sections belong to optim, which knows the optimizers and
+// schedulers, their keys, defaults and rules (optim::read_optimizer_section,
+// optim::read_lr_scheduler). `section` is the section as written (file order, overrides applied):
+// what config checks through optim and what the trainer builds from. The typed fields are the
+// reference dataclass's, filled from what optim read (the values the run uses: Muon's own eps and
+// weight_decay when type is Muon); `extras` holds the other keys as written.
 struct OptimizerConfig {
   static constexpr const char* kClassName = "OptimizerConfig";
   static constexpr bool kAllowExtra = true;
@@ -186,6 +192,7 @@ struct OptimizerConfig {
   std::optional<std::vector<std::string>> weight_decay_include;
   std::optional<std::vector<std::string>> weight_decay_exclude;
   Json extras = Json::object();  // optimizer-specific keyword arguments (Muon: momentum, ...)
+  Json section = Json::object();
 
   template <class Self, class V>
   static void visit(Self& s, V& v) {
@@ -204,6 +211,7 @@ struct LrSchedulerConfig {
   std::string type;  // required; canonical class name after loading (aliases resolved)
   double learning_rate = 1e-5;
   Json extras = Json::object();  // warmup_steps, warmup_ratio, lr_end, ... (total_steps is injected)
+  Json section = Json::object();  // as written: see OptimizerConfig
 
   template <class Self, class V>
   static void visit(Self& s, V& v) {

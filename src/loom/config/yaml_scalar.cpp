@@ -102,23 +102,6 @@ bool resolve_plain_scalar(const std::string& text, ConfigNode& out, std::string*
   return true;
 }
 
-std::string format_float(double value) {
-  if (std::isnan(value)) return ".nan";
-  if (std::isinf(value)) return value > 0 ? ".inf" : "-.inf";
-  char buf[64];
-  auto [ptr, ec] = std::to_chars(buf, buf + sizeof buf, value);
-  std::string s(buf, ptr);
-  const auto exp = s.find_first_of("eE");
-  const std::string mantissa = s.substr(0, exp);
-  if (mantissa.find('.') == std::string::npos) {
-    if (exp == std::string::npos)
-      s += ".0";
-    else
-      s = mantissa + ".0" + s.substr(exp);
-  }
-  return s;
-}
-
 bool plain_text_stays_string(const std::string& text) {
   ConfigNode probe;
   std::string err;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "loom/config/config_node.h"
+#include "loom/core/text.h"
 
 namespace loom::config {
 
@@ -14,9 +15,8 @@ namespace loom::config {
 // Returns false (and sets *error) for an integer that does not fit in 64 bits.
 bool resolve_plain_scalar(const std::string& text, ConfigNode& out, std::string* error);
 
-// Shortest text that reads back as the same double and always as a float, also under YAML 1.1
-// (so `1e-05` is written `1.0e-05`): 0.9, 1.0, 1.0e-08, .inf, -.inf, .nan.
-std::string format_float(double value);
+// Floats are written as YAML reads them back (loom/core/text.h; optim's messages use it too).
+using loom::format_float;
 
 // True if `text` written unquoted would read back as this same string.
 bool plain_text_stays_string(const std::string& text);

@@ -1,67 +1,95 @@
 #include "loom/optim/adamw.h"
 
-#include <sstream>
-
-#include "loom/core/log.h"
+#include "loom/core/text.h"
 #include "loom/optim/option_reader.h"
 
 namespace loom::optim {
 
-namespace {
-const char* kAdamWKeys =
-    "type, learning_rate, betas, eps, weight_decay, weight_decay_include, weight_decay_exclude, "
-    "use_fused, enable_fused_opt, enable_cpu_offload, amsgrad, maximize";
+std::optional<std::array<double, 2>> read_betas(OptionReader& reader, const std::string& key) {
+  const std::optional<std::vector<double>> list = reader.number_list(key);
+  if (!list) return std::nullopt;
+  if (list->size() != 2) {
+    reader.error(key, "must hold exactly 2 values [beta1, beta2], got " + std::to_string(list->size()));
+    return std::nullopt;
+  }
+  return std::array<double, 2>{(*list)[0], (*list)[1]};
 }
 
-void check_betas(const std::array<double, 2>& betas, const std::string& path) {
-  for (int i = 0; i < 2; ++i)
-    LOOM_CHECK(betas[i] >= 0.0 && betas[i] < 1.0, ConfigError, path, "[", i, "] = ", betas[i],
-               " is outside [0, 1); use values like [0.9, 0.95]");
+void check_betas(const std::array<double, 2>& betas, const std::string& path, OptionProblems& problems) {
+  for (size_t i = 0; i < 2; ++i)
+    if (!(betas[i] >= 0.0 && betas[i] < 1.0))
+      problems.error(path + "[" + std::to_string(i) + "]",
+                     "must be in [0, 1), got " + format_float(betas[i]) + "; use values like [0.9, 0.95]");
 }
 
-std::array<double, 2> parse_betas(OptionReader& reader, const std::string& key,
-                                  std::array<double, 2> fallback) {
-  auto list = reader.optional_number_list(key, 2);
-  if (!list) return fallback;
-  std::array<double, 2> betas{(*list)[0], (*list)[1]};
-  check_betas(betas, reader.path(key));
-  return betas;
+void read_weight_decay_rules(OptionReader& reader, std::vector<std::string>& include,
+                             std::vector<std::string>& exclude) {
+  if (auto rules = reader.string_list("weight_decay_include")) {
+    include = *rules;
+    // An empty rule matches every name (as a substring): decay would apply to everything.
+    for (size_t i = 0; i < include.size(); ++i)
+      if (include[i].empty())
+        reader.problems().error(reader.path("weight_decay_include") + "[" + std::to_string(i) + "]",
+                                "empty name pattern: it would match every parameter; remove it");
+  }
+  if (auto rules = reader.string_list("weight_decay_exclude")) exclude = *rules;
 }
 
-void AdamWOptions::validate() const {
-  check_betas(betas, "optimizer.betas");
-  LOOM_CHECK(eps > 0.0, ConfigError, "optimizer.eps must be > 0, got ", eps,
-             "; the default is 1.e-8");
-  LOOM_CHECK(weight_decay >= 0.0, ConfigError, "optimizer.weight_decay must be >= 0, got ",
-             weight_decay, "; use 0 to disable weight decay");
-  LOOM_CHECK(learning_rate >= 0.0, ConfigError, "optimizer.learning_rate must be >= 0, got ",
-             learning_rate);
+std::optional<double> read_unused_learning_rate(OptionReader& reader) {
+  const std::optional<double> lr = reader.number("learning_rate");
+  if (lr) reader.warn("learning_rate", "is ignored: the learning rate comes from lr_scheduler.learning_rate");
+  return lr;
+}
+
+AdamWOptions AdamWOptions::read(OptionReader& r) {
+  AdamWOptions o;
+  r.mark_read("type");  // the factory's
+  r.reject_null("betas", "List[float]", "[0.9, 0.95]");
+  r.reject_null("eps", "float", format_float(o.eps));
+  r.reject_null("weight_decay", "float", format_float(o.weight_decay));
+  o.learning_rate = read_unused_learning_rate(r).value_or(o.learning_rate);
+  o.betas = read_betas(r, "betas").value_or(o.betas);
+  o.eps = r.number("eps").value_or(o.eps);
+  o.weight_decay = r.number("weight_decay").value_or(o.weight_decay);
+  read_weight_decay_rules(r, o.weight_decay_include, o.weight_decay_exclude);
+  // The update is always the fused single-pass kernel: these switches change nothing.
+  r.boolean("use_fused");
+  r.boolean("enable_fused_opt");
+  if (r.boolean("enable_cpu_offload").value_or(false))
+    r.error("enable_cpu_offload", "AdamW does not support enable_cpu_offload: true; use parallelism.cpu_offload to "
+                                  "offload sharded state instead");
+  for (const char* flag : {"amsgrad", "maximize"})
+    if (r.boolean(flag).value_or(false))
+      r.error(flag, std::string("AdamW does not support ") + flag + ": true; remove it or set it to false");
+  o.check(r.problems());
+  r.warn_unread("AdamW");
+  return o;
 }
 
 AdamWOptions AdamWOptions::from_json(const nlohmann::ordered_json& section) {
-  OptionReader r(section, "optimizer");
-  AdamWOptions o;
-  r.mark_read("type");
-  o.learning_rate = r.number("learning_rate", o.learning_rate);
-  o.betas = parse_betas(r, "betas", o.betas);
-  o.eps = r.number("eps", o.eps);
-  o.weight_decay = r.number("weight_decay", o.weight_decay);
-  o.weight_decay_include = r.optional_string_list("weight_decay_include").value_or(std::vector<std::string>{});
-  o.weight_decay_exclude = r.optional_string_list("weight_decay_exclude").value_or(std::vector<std::string>{});
-  // Our update is always the fused single-pass kernel; the switches are accepted for
-  // compatibility and change nothing.
-  r.boolean("use_fused", false);
-  r.boolean("enable_fused_opt", false);
-  LOOM_CHECK(!r.boolean("enable_cpu_offload", false), ConfigError,
-             "optimizer.enable_cpu_offload: true is not supported by the dynamic-graph AdamW; "
-             "remove it (optimizer state already lives in host memory on CPU)");
-  LOOM_CHECK(!r.boolean("amsgrad", false), ConfigError,
-             "optimizer.amsgrad: true is not supported; remove it or set it to false");
-  LOOM_CHECK(!r.boolean("maximize", false), ConfigError,
-             "optimizer.maximize: true is not supported; remove it or set it to false");
-  o.validate();
-  r.warn_unread("AdamW", kAdamWKeys);
+  OptionProblems problems;
+  OptionReader reader(section, "optimizer", problems);
+  AdamWOptions o = read(reader);
+  problems.throw_if_errors();
   return o;
+}
+
+void AdamWOptions::check(OptionProblems& problems) const {
+  check_betas(betas, "optimizer.betas", problems);
+  if (!(eps > 0.0))
+    problems.error("optimizer.eps", "must be > 0, got " + format_float(eps) + "; the default is " +
+                                        format_float(AdamWOptions{}.eps));
+  if (!(weight_decay >= 0.0))
+    problems.error("optimizer.weight_decay",
+                   "must be >= 0, got " + format_float(weight_decay) + "; use 0 to disable weight decay");
+  if (!(learning_rate >= 0.0))
+    problems.error("optimizer.learning_rate", "must be >= 0, got " + format_float(learning_rate));
+}
+
+void AdamWOptions::validate() const {
+  OptionProblems problems;
+  check(problems);
+  problems.throw_if_errors();
 }
 
 AdamW::AdamW(const NamedParams& params, const AdamWOptions& options,

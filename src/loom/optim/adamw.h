@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 
 namespace loom::optim {
 
+class OptionProblems;
 class OptionReader;
 
 struct AdamWOptions {
@@ -24,11 +26,16 @@ struct AdamWOptions {
   std::vector<std::string> weight_decay_include;
   std::vector<std::string> weight_decay_exclude;
 
-  // Parses the `optimizer:` section (type AdamW). Validation errors are ConfigErrors naming
-  // optimizer.<key>; unknown keys are warned about and ignored. `weight_decay: 0` (a YAML int)
-  // is accepted (the reference raises TypeError: a QUIRK not reproduced).
+  // Reads the `optimizer:` section of type AdamW (spec training_hyperparameters.md §1.1): every
+  // key and every rule, each problem to the reader at optimizer.<key>. Keys AdamW does not take
+  // are warned about and ignored. `weight_decay: 0` (a YAML int) is accepted (the reference
+  // raises TypeError: a QUIRK not reproduced).
+  static AdamWOptions read(OptionReader& reader);
+  // read() of `section`; ConfigError listing every error.
   static AdamWOptions from_json(const nlohmann::ordered_json& section);
-  // Range checks of the spec (betas in [0,1), eps > 0, weight_decay >= 0).
+  // The value rules (betas in [0, 1), eps > 0, weight_decay >= 0, learning_rate >= 0).
+  void check(OptionProblems& problems) const;
+  // check(); ConfigError listing every error (the constructor runs it).
   void validate() const;
 };
 
@@ -49,9 +56,17 @@ class AdamW : public Optimizer {
   AdamWOptions options_;
 };
 
-// Shared by AdamW and Muon: "optimizer.<key> must be a list of 2 numbers in [0, 1)".
-std::array<double, 2> parse_betas(OptionReader& reader, const std::string& key,
-                                  std::array<double, 2> fallback);
-void check_betas(const std::array<double, 2>& betas, const std::string& path);
+// Shared by AdamW and Muon (whose fallback for embeddings, the output layer and 1-D parameters is
+// AdamW):
+// `key` as [beta1, beta2] (two numbers; nullopt and an error otherwise).
+std::optional<std::array<double, 2>> read_betas(OptionReader& reader, const std::string& key);
+// Each beta in [0, 1), at "<path>[i]".
+void check_betas(const std::array<double, 2>& betas, const std::string& path, OptionProblems& problems);
+// weight_decay_include / weight_decay_exclude: lists of parameter-name rules.
+void read_weight_decay_rules(OptionReader& reader, std::vector<std::string>& include,
+                             std::vector<std::string>& exclude);
+// optimizer.learning_rate, which only an optimizer without a scheduler uses: the trainer always
+// attaches one, so a written value is read and said to be ignored.
+std::optional<double> read_unused_learning_rate(OptionReader& reader);
 
 }  // namespace loom::optim

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <map>
 #include <numbers>
 #include <optional>
 
 #include "loom/core/error.h"
 #include "loom/core/log.h"
+#include "loom/core/text.h"
 #include "loom/optim/option_reader.h"
 
 namespace loom::optim {
@@ -18,6 +18,14 @@ using json = nlohmann::ordered_json;
 namespace {
 
 constexpr double kPi = std::numbers::pi;
+// LrSchedulerConfig.learning_rate's default in the reference.
+constexpr double kDefaultLearningRate = 1e-5;
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) out += (i ? ", " : "") + names[i];
+  return out;
+}
 
 // Every schedule is a float32 function of the step plus its resolved parameters.
 class FunctionLrScheduler : public LrScheduler {
@@ -42,29 +50,45 @@ float warmup_lr(float t, float w, double lr, double lr_init) {
   return f32(lr_init) + f32(lr - lr_init) * percent;
 }
 
+// An absolute step count (>= 0); nullopt when absent or wrong.
+std::optional<int64_t> read_steps(OptionReader& r, const std::string& key) {
+  const std::optional<int64_t> steps = r.integer(key);
+  if (steps && *steps < 0) r.error(key, "must be >= 0, got " + std::to_string(*steps));
+  return steps;
+}
+
+// A fraction of training.steps, in [0, 1].
+std::optional<double> read_ratio(OptionReader& r, const std::string& key) {
+  const std::optional<double> ratio = r.number(key);
+  if (ratio && !(*ratio >= 0.0 && *ratio <= 1.0)) r.error(key, "must be in [0, 1], got " + format_float(*ratio));
+  return ratio;
+}
+
+// An integer >= 1 that the scheduler cannot do without.
+int64_t read_required_count(OptionReader& r, const std::string& type, const std::string& key) {
+  const std::optional<int64_t> n = r.integer(key);
+  if (n && *n < 1) r.error(key, "must be >= 1, got " + std::to_string(*n));
+  if (!n && !r.has(key)) r.error(key, "is required by " + type + " (a positive integer)");
+  return n && *n >= 1 ? *n : 1;
+}
+
 // The reference's `_get_lr_steps`: a ratio of total_steps wins over an absolute step count.
-// Unlike the reference (TypeError on None), a missing required count is a ConfigError that
-// says which keys to set.
+// Unlike the reference (TypeError on None), a missing required count says which keys to set.
 int64_t lr_steps(OptionReader& r, const std::string& type, const std::string& steps_key,
-                 const std::string& ratio_key, int64_t total, std::optional<int64_t> fallback) {
-  const std::optional<double> ratio = r.optional_number(ratio_key);
-  const std::optional<int64_t> steps = r.optional_integer(steps_key);
+                 const std::string& ratio_key, int64_t total, std::optional<int64_t> fallback,
+                 const std::string& missing_hint) {
+  const std::optional<double> ratio = read_ratio(r, ratio_key);
+  const std::optional<int64_t> steps = read_steps(r, steps_key);
   if (ratio) {
-    LOOM_CHECK(*ratio >= 0.0 && *ratio <= 1.0, ConfigError, r.path(ratio_key), " must be in [0, 1], got ",
-               *ratio);
-    if (steps)
-      log::warn(r.path(ratio_key), " and ", r.path(steps_key), " are both set; ", ratio_key, " = ",
-                *ratio, " wins and ", steps_key, " = ", *steps, " is ignored (set only one)");
+    if (r.has(steps_key))
+      r.warn(steps_key, "is ignored because " + ratio_key + " is also set (" + ratio_key +
+                            " wins); set only one of them");
     return static_cast<int64_t>(static_cast<double>(total) * *ratio);
   }
-  if (steps) {
-    LOOM_CHECK(*steps >= 0, ConfigError, r.path(steps_key), " must be >= 0, got ", *steps);
-    return *steps;
-  }
-  LOOM_CHECK(fallback.has_value(), ConfigError, type, " needs ", r.path(steps_key), " or ",
-             r.path(ratio_key), ": set ", steps_key, " (an integer >= 0) or ", ratio_key,
-             " (a fraction of training.steps in [0, 1])");
-  return *fallback;
+  if (steps) return *steps;
+  if (!fallback && !r.has(steps_key) && !r.has(ratio_key))
+    r.problems().error(r.section_name(), type + " needs " + steps_key + " or " + ratio_key + " (" + missing_hint + ")");
+  return fallback.value_or(0);
 }
 
 struct Common {
@@ -77,10 +101,14 @@ struct Common {
 Common read_common(OptionReader& r, const std::string& type, int64_t total,
                    std::optional<int64_t> warmup_default) {
   Common c;
-  c.lr = r.number("learning_rate", 1e-5);
-  LOOM_CHECK(c.lr >= 0.0, ConfigError, r.path("learning_rate"), " must be >= 0, got ", c.lr);
-  c.lr_init = r.number("warmup_lr_init", 0.0);
-  c.warmup = lr_steps(r, type, "warmup_steps", "warmup_ratio", total, warmup_default);
+  c.lr = r.number("learning_rate").value_or(kDefaultLearningRate);
+  if (!(c.lr >= 0.0)) r.error("learning_rate", "must be >= 0, got " + format_float(c.lr));
+  c.lr_init = r.number("warmup_lr_init").value_or(0.0);
+  c.warmup = lr_steps(r, type, "warmup_steps", "warmup_ratio", total, warmup_default,
+                      "write warmup_steps: 0 for no warmup");
+  if (!r.has("warmup_ratio") && r.has("warmup_steps") && c.warmup > total)
+    r.warn("warmup_steps", "(" + std::to_string(c.warmup) + ") is longer than training.steps (" +
+                               std::to_string(total) + "); the run never leaves warmup");
   c.total = total;
   return c;
 }
@@ -90,9 +118,13 @@ json common_state(const std::string& type, const Common& c) {
               {"warmup_steps", c.warmup}, {"total_steps", c.total}};
 }
 
-void require_above_end(OptionReader& r, double lr, double lr_end, const char* end_key) {
-  LOOM_CHECK(lr > lr_end, ConfigError, r.path(end_key), " (", lr_end,
-             ") must be smaller than lr_scheduler.learning_rate (", lr, ")");
+// Polynomial and WSD decay from learning_rate down to lr_end.
+double read_lr_end_below(OptionReader& r, const std::string& type, double lr) {
+  const double lr_end = r.number("lr_end").value_or(1e-7);
+  if (!(lr > lr_end))
+    r.error("learning_rate", "(" + format_float(lr) + ") must be greater than lr_end (" + format_float(lr_end) +
+                                 ") for " + type);
+  return lr_end;
 }
 
 using Builder = std::unique_ptr<LrScheduler> (*)(OptionReader&, const std::string&, int64_t);
@@ -121,13 +153,12 @@ std::unique_ptr<LrScheduler> linear_warmup(OptionReader& r, const std::string& t
 
 std::unique_ptr<LrScheduler> cosine_warmup(OptionReader& r, const std::string& type, int64_t total) {
   const Common c = read_common(r, type, total, 0);
-  const double cycles = r.number("num_cycles", 0.5);
-  const double lr_end = r.number("lr_end", 0.0);
-  const std::optional<double> decay_ratio = r.optional_number("decay_ratio");
-  const std::optional<int64_t> decay_steps = r.optional_integer("decay_steps");
+  const double cycles = r.number("num_cycles").value_or(0.5);
+  const double lr_end = r.number("lr_end").value_or(0.0);
+  const std::optional<double> decay_ratio = read_ratio(r, "decay_ratio");
+  const std::optional<int64_t> decay_steps = read_steps(r, "decay_steps");
   int64_t d;
   if (decay_ratio && *decay_ratio != 0.0) {  // the reference tests `if decay_ratio`
-    LOOM_CHECK(*decay_ratio > 0.0, ConfigError, r.path("decay_ratio"), " must be > 0, got ", *decay_ratio);
     d = static_cast<int64_t>(static_cast<double>(total) * *decay_ratio);
   } else {
     d = std::max<int64_t>(1, decay_steps ? *decay_steps : total);
@@ -151,9 +182,9 @@ std::unique_ptr<LrScheduler> cosine_warmup(OptionReader& r, const std::string& t
 
 std::unique_ptr<LrScheduler> cosine_restarts(OptionReader& r, const std::string& type, int64_t total) {
   const Common c = read_common(r, type, total, std::nullopt);
-  const double cycles = r.number("num_cycles", 1.0);
-  const double lr_end = r.number("lr_end", 0.0);
-  const std::optional<int64_t> decay_steps = r.optional_integer("decay_steps");
+  const double cycles = r.number("num_cycles").value_or(1.0);
+  const double lr_end = r.number("lr_end").value_or(0.0);
+  const std::optional<int64_t> decay_steps = read_steps(r, "decay_steps");
   const int64_t d = std::max<int64_t>(1, decay_steps && *decay_steps != 0 ? *decay_steps : total);
   json state = common_state(type, c);
   state["num_cycles"] = cycles;
@@ -174,10 +205,9 @@ std::unique_ptr<LrScheduler> cosine_restarts(OptionReader& r, const std::string&
 
 std::unique_ptr<LrScheduler> polynomial_warmup(OptionReader& r, const std::string& type, int64_t total) {
   const Common c = read_common(r, type, total, std::nullopt);
-  const double lr_end = r.number("lr_end", 1e-7);
-  const double power = r.number("power", 1.0);
-  const std::optional<int64_t> decay_steps = r.optional_integer("decay_steps");
-  require_above_end(r, c.lr, lr_end, "lr_end");
+  const double lr_end = read_lr_end_below(r, type, c.lr);
+  const double power = r.number("power").value_or(1.0);
+  const std::optional<int64_t> decay_steps = read_steps(r, "decay_steps");
   const int64_t d = std::max<int64_t>(1, decay_steps && *decay_steps != 0 ? *decay_steps : total - c.warmup);
   json state = common_state(type, c);
   state["lr_end"] = lr_end;
@@ -196,9 +226,9 @@ std::unique_ptr<LrScheduler> polynomial_warmup(OptionReader& r, const std::strin
 
 std::unique_ptr<LrScheduler> warmup_stable_decay(OptionReader& r, const std::string& type, int64_t total) {
   const Common c = read_common(r, type, total, std::nullopt);
-  const double lr_end = r.number("lr_end", 1e-7);
-  require_above_end(r, c.lr, lr_end, "lr_end");
-  const int64_t start = lr_steps(r, type, "decay_start_steps", "decay_start_ratio", total, std::nullopt);
+  const double lr_end = read_lr_end_below(r, type, c.lr);
+  const int64_t start = lr_steps(r, type, "decay_start_steps", "decay_start_ratio", total, std::nullopt,
+                                 "the step the decay starts at, or its fraction of training.steps in [0, 1]");
   json state = common_state(type, c);
   state["lr_end"] = lr_end;
   state["decay_start_steps"] = start;
@@ -213,24 +243,23 @@ std::unique_ptr<LrScheduler> warmup_stable_decay(OptionReader& r, const std::str
   });
 }
 
+// These schedulers name their rate base_lr; learning_rate does not apply to them.
 double base_lr(OptionReader& r, const std::string& type) {
-  // These schedulers name their rate base_lr; learning_rate (which the config always carries)
-  // does not apply to them.
-  r.mark_read("learning_rate");
-  const std::optional<double> base = r.optional_number("base_lr");
-  LOOM_CHECK(base.has_value(), ConfigError, type, " needs lr_scheduler.base_lr (this scheduler "
-             "names its rate base_lr, not learning_rate)");
-  return *base;
+  // The effective configuration writes learning_rate's default back: only another value warns.
+  if (auto lr = r.number("learning_rate"); lr && *lr != kDefaultLearningRate)
+    r.warn("learning_rate", "is not used by " + type + "; its base learning rate is base_lr");
+  const std::optional<double> base = r.number("base_lr");
+  if (!base && !r.has("base_lr"))
+    r.error("base_lr", "is required by " + type + " (it uses base_lr instead of learning_rate)");
+  return base.value_or(0.0);
 }
 
 std::unique_ptr<LrScheduler> cosine_annealing(OptionReader& r, const std::string& type, int64_t) {
   const double base = base_lr(r, type);
-  const std::optional<int64_t> t_max = r.optional_integer("t_max");
-  LOOM_CHECK(t_max && *t_max >= 1, ConfigError, type, " needs lr_scheduler.t_max, a positive integer "
-             "(steps of half a cosine period)", t_max ? ", got " + std::to_string(*t_max) : "");
-  const double eta_min = r.number("eta_min", 0.0);
-  json state{{"type", type}, {"base_lr", base}, {"t_max", *t_max}, {"eta_min", eta_min}};
-  const float tm = f32(*t_max), pi = f32(kPi);
+  const int64_t t_max = read_required_count(r, type, "t_max");  // steps of half a cosine period
+  const double eta_min = r.number("eta_min").value_or(0.0);
+  json state{{"type", type}, {"base_lr", base}, {"t_max", t_max}, {"eta_min", eta_min}};
+  const float tm = f32(t_max), pi = f32(kPi);
   return make(type, std::move(state), [=](float t) {
     const float percent = std::max(0.f, 0.5f * (1.f + std::cos(pi * t / tm)));
     return f32(eta_min) + f32(base - eta_min) * percent;
@@ -239,14 +268,13 @@ std::unique_ptr<LrScheduler> cosine_annealing(OptionReader& r, const std::string
 
 std::unique_ptr<LrScheduler> cosine_annealing_restarts(OptionReader& r, const std::string& type, int64_t) {
   const double base = base_lr(r, type);
-  const std::optional<int64_t> t0 = r.optional_integer("t_0");
-  LOOM_CHECK(t0 && *t0 >= 1, ConfigError, type, " needs lr_scheduler.t_0, a positive integer",
-             t0 ? ", got " + std::to_string(*t0) : "");
-  const int64_t t_mult = r.integer("t_mult", 1);
-  LOOM_CHECK(t_mult >= 1, ConfigError, r.path("t_mult"), " must be an integer >= 1, got ", t_mult);
-  const double eta_min = r.number("eta_min", 0.0);
-  json state{{"type", type}, {"base_lr", base}, {"t_0", *t0}, {"t_mult", t_mult}, {"eta_min", eta_min}};
-  const float t0f = f32(*t0), m = f32(t_mult), pi = f32(kPi), log_m = f32(std::log(static_cast<double>(t_mult)));
+  const int64_t t0 = read_required_count(r, type, "t_0");
+  const std::optional<int64_t> mult = r.integer("t_mult");
+  if (mult && *mult < 1) r.error("t_mult", "must be >= 1, got " + std::to_string(*mult));
+  const int64_t t_mult = mult && *mult >= 1 ? *mult : 1;
+  const double eta_min = r.number("eta_min").value_or(0.0);
+  json state{{"type", type}, {"base_lr", base}, {"t_0", t0}, {"t_mult", t_mult}, {"eta_min", eta_min}};
+  const float t0f = f32(t0), m = f32(t_mult), pi = f32(kPi), log_m = f32(std::log(static_cast<double>(t_mult)));
   return make(type, std::move(state), [=](float t) {
     float t_cur, t_i = t0f;
     if (t < t0f) {
@@ -266,14 +294,13 @@ std::unique_ptr<LrScheduler> cosine_annealing_restarts(OptionReader& r, const st
 
 std::unique_ptr<LrScheduler> constant_cooldown(OptionReader& r, const std::string& type, int64_t total) {
   const Common c = read_common(r, type, total, std::nullopt);
-  const int64_t keep = r.integer("keep_steps", 0);
-  const int64_t decay = lr_steps(r, type, "decay_steps", "decay_ratio", total, std::nullopt);
-  const double cycles = r.number("num_cycles", 0.5);
-  const double end1 = r.number("lr_end1", 0.0);
-  const int64_t final_steps = r.integer("final_steps", 0);
-  const double end2 = r.number("lr_end2", end1);
-  LOOM_CHECK(keep >= 0 && final_steps >= 0, ConfigError, r.path(keep < 0 ? "keep_steps" : "final_steps"),
-             " must be >= 0");
+  const int64_t keep = read_steps(r, "keep_steps").value_or(0);
+  const int64_t decay = lr_steps(r, type, "decay_steps", "decay_ratio", total, std::nullopt,
+                                 "the cool-down length, or its fraction of training.steps in [0, 1]");
+  const double cycles = r.number("num_cycles").value_or(0.5);
+  const double end1 = r.number("lr_end1").value_or(0.0);
+  const int64_t final_steps = read_steps(r, "final_steps").value_or(0);
+  const double end2 = r.number("lr_end2").value_or(end1);
   json state = common_state(type, c);
   state["keep_steps"] = keep;
   state["decay_steps"] = decay;
@@ -321,24 +348,43 @@ std::vector<std::string> lr_scheduler_types() {
   return out;
 }
 
-std::unique_ptr<LrScheduler> build_lr_scheduler(const json& section, int64_t total_steps) {
-  OptionReader r(section, "lr_scheduler");
-  const std::string requested = r.string("type", "");
-  LOOM_CHECK(!requested.empty(), ConfigError, "lr_scheduler.type is required; one of ",
-             join_names(lr_scheduler_types()));
+std::unique_ptr<LrScheduler> read_lr_scheduler(const json& section, int64_t total_steps, OptionProblems& problems) {
+  OptionReader r(section, "lr_scheduler", problems);
+  std::vector<std::string> names;  // class names and aliases, as the messages list them
+  for (const Entry& e : kEntries) {
+    names.emplace_back(e.type);
+    if (e.alias) names.emplace_back(e.alias);
+  }
+  const std::optional<std::string> requested = r.string("type");
+  if (!requested && !r.has("type")) {
+    r.error("type", "is required: one of " + join(lr_scheduler_types()));
+    return nullptr;
+  }
   const Entry* entry = nullptr;
   for (const Entry& e : kEntries)
-    if (requested == e.type || (e.alias && requested == e.alias)) entry = &e;
-  LOOM_CHECK(entry != nullptr, ConfigError, "lr_scheduler.type '", requested,
-             "' is not a known scheduler; use one of ", join_names(lr_scheduler_types()),
-             " (or the aliases constant_with_warmup, linear, cosine, cosine_with_restarts, "
-             "polynomial, cosine_annealing, cosine_annealing_warm_restarts)");
-  LOOM_CHECK(!r.has("total_steps"), ConfigError, "lr_scheduler.total_steps must not be set: Loom "
-             "fills it from training.steps (", total_steps, "); remove it and set training.steps");
-  LOOM_CHECK(total_steps >= 0, ConfigError, "training.steps must be >= 0, got ", total_steps);
+    if (requested && (*requested == e.type || (e.alias && *requested == e.alias))) entry = &e;
+  if (!entry) {
+    if (requested)
+      r.error("type", "unknown scheduler '" + *requested + "'" + did_you_mean(*requested, names) + " (supported: " +
+                          join(names) + ")");
+    return nullptr;
+  }
+  // training.steps is the schedule's length (spec training_hyperparameters.md §2).
+  r.mark_read("total_steps");
+  if (r.has("total_steps"))
+    r.error("total_steps", "must not be set: Loom passes training.steps (" + std::to_string(total_steps) +
+                               ") as total_steps; delete it and set training.steps instead");
+  r.reject_null("learning_rate", "float", format_float(kDefaultLearningRate));
   std::unique_ptr<LrScheduler> scheduler = entry->build(r, entry->type, total_steps);
-  r.warn_unread(entry->type, "the keyword arguments of " + std::string(entry->type) +
-                                 " in docs/optimizers.md");
+  r.warn_unread(entry->type);
+  return scheduler;
+}
+
+std::unique_ptr<LrScheduler> build_lr_scheduler(const json& section, int64_t total_steps) {
+  LOOM_CHECK(total_steps >= 0, ConfigError, "training.steps: must be >= 0, got ", total_steps);
+  OptionProblems problems;
+  std::unique_ptr<LrScheduler> scheduler = read_lr_scheduler(section, total_steps, problems);
+  problems.throw_if_errors();
   return scheduler;
 }
 
@@ -353,7 +399,7 @@ std::vector<std::string> LrScheduler::load_state(const json& saved) const {
     if (!now.contains(it.key())) changed.push_back(it.key());
   if (!changed.empty())
     log::warn("lr_scheduler: the checkpoint was trained with a different schedule (", saved.dump(),
-              "); continuing with ", now.dump(), " (changed: ", join_names(changed), ")");
+              "); continuing with ", now.dump(), " (changed: ", join(changed), ")");
   return changed;
 }
 

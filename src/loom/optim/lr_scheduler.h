@@ -18,6 +18,8 @@
 
 namespace loom::optim {
 
+class OptionProblems;
+
 class LrScheduler {
  public:
   virtual ~LrScheduler() = default;
@@ -32,9 +34,16 @@ class LrScheduler {
   std::vector<std::string> load_state(const nlohmann::ordered_json& saved) const;
 };
 
-// Builds a scheduler from the `lr_scheduler:` section. `total_steps` is training.steps; a user
-// value for `lr_scheduler.total_steps` is a ConfigError (the spec says never set it by hand).
-// Unknown keys are warned about (the reference silently ignores them) and ignored.
+// Reads and checks the `lr_scheduler:` section as the configuration file wrote it (type or alias,
+// learning_rate and the type's own keys): every problem goes to `problems` at lr_scheduler.<key>.
+// `total_steps` is training.steps; a user value for lr_scheduler.total_steps is an error (the
+// spec says never set it by hand); keys the type does not take are warned about and ignored (the
+// reference ignores them silently). Returns the schedule a build would make (from the defaults
+// where a value is wrong), or null when the type is missing or unknown.
+std::unique_ptr<LrScheduler> read_lr_scheduler(const nlohmann::ordered_json& section, int64_t total_steps,
+                                               OptionProblems& problems);
+// read_lr_scheduler; ConfigError listing every error (the warnings are the configuration
+// loader's to print).
 std::unique_ptr<LrScheduler> build_lr_scheduler(const nlohmann::ordered_json& section,
                                                 int64_t total_steps);
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "loom/core/log.h"
+#include "loom/core/text.h"
 #include "loom/kernels/kernel_table.h"
 #include "loom/optim/adamw.h"
 #include "loom/optim/option_reader.h"
@@ -13,64 +14,95 @@ namespace loom::optim {
 
 namespace {
 
-const char* kMuonKeys =
-    "type, learning_rate, weight_decay, matched_adamw_rms, momentum, eps, nesterov, ns_steps, "
-    "ns_coefficients, adamw_betas, adamw_eps, qk_clip_enabled, qk_clip_threshold, comm_strategy, "
-    "use_fused_adamw, adamw_include, weight_decay_include, weight_decay_exclude, swap";
+// Muon's own hyper-parameters (optimizer.<key>), read into `o`.
+void read_muon_keys(OptionReader& r, MuonOptions& o) {
+  o.matched_adamw_rms = r.number("matched_adamw_rms").value_or(o.matched_adamw_rms);
+  o.momentum = r.number("momentum").value_or(o.momentum);
+  o.nesterov = r.boolean("nesterov").value_or(o.nesterov);
+  o.ns_steps = r.integer("ns_steps").value_or(o.ns_steps);
+  const nlohmann::ordered_json* coefficients = r.raw("ns_coefficients");
+  const std::string problem = coefficients ? ns_coefficients_problem(*coefficients) : "";
+  const bool segmented = coefficients && problem.empty() && (*coefficients)[0].is_array();
+  if (!problem.empty()) r.error("ns_coefficients", problem);
+  else if (o.ns_steps >= 1 || segmented)  // segments ignore ns_steps; check() reports a bad one
+    o.ns_schedule = make_ns_schedule(coefficients ? *coefficients : nlohmann::ordered_json(), o.ns_steps,
+                                     r.path("ns_coefficients"));
+  o.adamw_betas = read_betas(r, "adamw_betas").value_or(o.adamw_betas);
+  o.adamw_eps = r.number("adamw_eps").value_or(o.adamw_eps);
+  o.qk_clip_enabled = r.boolean("qk_clip_enabled").value_or(o.qk_clip_enabled);
+  o.qk_clip_threshold = r.number("qk_clip_threshold").value_or(o.qk_clip_threshold);
+  o.comm_strategy = r.string("comm_strategy").value_or(o.comm_strategy);
+  o.use_fused_adamw = r.boolean("use_fused_adamw").value_or(o.use_fused_adamw);
+  o.adamw_include = r.string_list("adamw_include").value_or(o.adamw_include);
+}
 
 }  // namespace
 
-void MuonOptions::validate() const {
-  LOOM_CHECK(weight_decay >= 0.0, ConfigError, "optimizer.weight_decay must be >= 0, got ",
-             weight_decay);
-  LOOM_CHECK(matched_adamw_rms > 0.0, ConfigError, "optimizer.matched_adamw_rms must be > 0, got ",
-             matched_adamw_rms, "; the default is 0.2");
-  LOOM_CHECK(momentum >= 0.0 && momentum < 1.0, ConfigError,
-             "optimizer.momentum must be in [0, 1), got ", momentum, "; the default is 0.95");
-  LOOM_CHECK(eps > 0.0, ConfigError, "optimizer.eps must be > 0, got ", eps,
-             "; the default is 1.e-7");
-  LOOM_CHECK(ns_steps > 0, ConfigError, "optimizer.ns_steps must be positive, got ", ns_steps);
-  LOOM_CHECK(!ns_schedule.empty(), ConfigError,
-             "optimizer.ns_coefficients gives no Newton-Schulz iterations");
-  check_betas(adamw_betas, "optimizer.adamw_betas");
-  LOOM_CHECK(adamw_eps > 0.0, ConfigError, "optimizer.adamw_eps must be > 0, got ", adamw_eps);
-  LOOM_CHECK(!qk_clip_enabled || qk_clip_threshold > 0.0, ConfigError,
-             "optimizer.qk_clip_threshold must be positive, got ", qk_clip_threshold,
-             " (or set qk_clip_enabled: False)");
-  parse_muon_comm_strategy(comm_strategy);  // ConfigError naming optimizer.comm_strategy
-  LOOM_CHECK(learning_rate >= 0.0, ConfigError, "optimizer.learning_rate must be >= 0, got ",
-             learning_rate);
+MuonOptions MuonOptions::read(OptionReader& r) {
+  MuonOptions o;
+  r.mark_read("type");  // the factory's
+  r.reject_null("eps", "float", format_float(o.eps));
+  r.reject_null("weight_decay", "float", format_float(o.weight_decay));
+  r.reject_null("betas", "List[float]", "[0.9, 0.95]");
+  o.learning_rate = read_unused_learning_rate(r).value_or(o.learning_rate);
+  o.weight_decay = r.number("weight_decay").value_or(o.weight_decay);
+  o.eps = r.number("eps").value_or(o.eps);
+  // optimizer.betas belongs to AdamW (the effective configuration writes its default back).
+  if (auto betas = read_betas(r, "betas"); betas && *betas != AdamWOptions{}.betas)
+    r.warn("betas", "is not used by Muon; its AdamW fallback (embeddings, output layer, 1-D parameters) takes "
+                    "optimizer.adamw_betas");
+  read_muon_keys(r, o);
+  read_weight_decay_rules(r, o.weight_decay_include, o.weight_decay_exclude);
+  // Refused with the model checks (the constructor; config for check-config), in the reference's
+  // order: swap, model, then the hyper-parameters.
+  o.swap = r.boolean("swap").value_or(false);
+  o.check(r.problems());
+  r.warn_unread("Muon");
+  return o;
 }
 
 MuonOptions MuonOptions::from_json(const nlohmann::ordered_json& section) {
-  OptionReader r(section, "optimizer");
-  MuonOptions o;
-  r.mark_read("type");
-  o.learning_rate = r.number("learning_rate", o.learning_rate);
-  o.weight_decay = r.number("weight_decay", o.weight_decay);
-  o.matched_adamw_rms = r.number("matched_adamw_rms", o.matched_adamw_rms);
-  o.momentum = r.number("momentum", o.momentum);
-  o.eps = r.number("eps", o.eps);
-  o.nesterov = r.boolean("nesterov", o.nesterov);
-  o.ns_steps = r.integer("ns_steps", o.ns_steps);
-  LOOM_CHECK(o.ns_steps > 0, ConfigError, "optimizer.ns_steps must be positive, got ", o.ns_steps);
-  const nlohmann::ordered_json* coeffs = r.raw("ns_coefficients");
-  o.ns_schedule = make_ns_schedule(coeffs ? *coeffs : nlohmann::ordered_json(), o.ns_steps,
-                                   "optimizer.ns_coefficients");
-  o.adamw_betas = parse_betas(r, "adamw_betas", o.adamw_betas);
-  o.adamw_eps = r.number("adamw_eps", o.adamw_eps);
-  o.qk_clip_enabled = r.boolean("qk_clip_enabled", o.qk_clip_enabled);
-  o.qk_clip_threshold = r.number("qk_clip_threshold", o.qk_clip_threshold);
-  o.comm_strategy = r.string("comm_strategy", o.comm_strategy);
-  o.use_fused_adamw = r.boolean("use_fused_adamw", o.use_fused_adamw);
-  if (auto inc = r.optional_string_list("adamw_include")) o.adamw_include = *inc;
-  o.weight_decay_include = r.optional_string_list("weight_decay_include").value_or(std::vector<std::string>{});
-  o.weight_decay_exclude = r.optional_string_list("weight_decay_exclude").value_or(std::vector<std::string>{});
-  o.swap = r.boolean("swap", false);
-  r.warn_unread("Muon", kMuonKeys);
-  // Validation (after the swap flag is known) happens in the constructor, in the reference's
-  // order: swap, model, then hyper-parameters.
+  OptionProblems problems;
+  OptionReader reader(section, "optimizer", problems);
+  MuonOptions o = read(reader);
+  problems.throw_if_errors();
   return o;
+}
+
+void MuonOptions::check(OptionProblems& problems) const {
+  const MuonOptions defaults;
+  auto positive = [&problems](const char* key, double value, double fallback) {
+    if (!(value > 0.0))
+      problems.error(std::string("optimizer.") + key,
+                     "must be > 0, got " + format_float(value) + "; the default is " + format_float(fallback));
+  };
+  if (!(weight_decay >= 0.0))
+    problems.error("optimizer.weight_decay",
+                   "must be >= 0, got " + format_float(weight_decay) + "; use 0 to disable weight decay");
+  positive("matched_adamw_rms", matched_adamw_rms, defaults.matched_adamw_rms);
+  if (!(momentum >= 0.0 && momentum < 1.0))
+    problems.error("optimizer.momentum", "must be in [0, 1), got " + format_float(momentum) + "; the default is " +
+                                             format_float(defaults.momentum));
+  positive("eps", eps, defaults.eps);
+  if (ns_steps < 1) problems.error("optimizer.ns_steps", "must be >= 1, got " + std::to_string(ns_steps));
+  else if (ns_schedule.empty())
+    problems.error("optimizer.ns_coefficients", "gives no Newton-Schulz iterations");
+  check_betas(adamw_betas, "optimizer.adamw_betas", problems);
+  positive("adamw_eps", adamw_eps, defaults.adamw_eps);
+  if (qk_clip_enabled && !(qk_clip_threshold > 0.0))
+    problems.error("optimizer.qk_clip_threshold", "must be > 0 while qk_clip_enabled is true, got " +
+                                                      format_float(qk_clip_threshold) +
+                                                      " (or set qk_clip_enabled: False)");
+  if (const std::string problem = muon_comm_strategy_problem(comm_strategy); !problem.empty())
+    problems.error("optimizer.comm_strategy", problem);
+  if (!(learning_rate >= 0.0))
+    problems.error("optimizer.learning_rate", "must be >= 0, got " + format_float(learning_rate));
+}
+
+void MuonOptions::validate() const {
+  OptionProblems problems;
+  check(problems);
+  problems.throw_if_errors();
 }
 
 bool uses_newton_schulz(const MuonOptions& options, const std::string& name, const Shape& global_shape) {

@@ -25,6 +25,9 @@
 
 namespace loom::optim {
 
+class OptionProblems;
+class OptionReader;
+
 struct MuonOptions {
   double learning_rate = 2e-2;  // used only when no LR scheduler is attached
   double weight_decay = 0.1;
@@ -48,8 +51,16 @@ struct MuonOptions {
   std::vector<std::string> weight_decay_exclude;
   bool swap = false;  // `swap: true` is rejected ("Muon does not support swap.")
 
-  // Parses the `optimizer:` section (type Muon); ConfigError naming optimizer.<key>.
+  // Reads the `optimizer:` section of type Muon (spec training_hyperparameters.md §1.2): every key
+  // and every rule, each problem to the reader at optimizer.<key>. Keys Muon does not take are
+  // warned about and ignored. What Muon needs of the model and of the memory sections is checked
+  // where those are known (the constructor; config for check-config).
+  static MuonOptions read(OptionReader& reader);
+  // read() of `section`; ConfigError listing every error.
   static MuonOptions from_json(const nlohmann::ordered_json& section);
+  // The value rules (ranges, comm_strategy, a non-empty Newton–Schulz schedule).
+  void check(OptionProblems& problems) const;
+  // check(); ConfigError listing every error (the constructor runs it).
   void validate() const;
 };
 

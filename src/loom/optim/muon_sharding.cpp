@@ -4,14 +4,20 @@
 #include <numeric>
 
 #include "loom/core/error.h"
+#include "loom/core/text.h"
 
 namespace loom::optim {
 
+std::string muon_comm_strategy_problem(const std::string& value) {
+  const std::vector<std::string> names = {"allgather", "allgather_deredundency"};
+  if (std::find(names.begin(), names.end(), value) != names.end()) return "";
+  return "must be 'allgather' or 'allgather_deredundency', got '" + value + "'" + did_you_mean(value, names);
+}
+
 MuonCommStrategy parse_muon_comm_strategy(const std::string& value) {
-  if (value == "allgather") return MuonCommStrategy::allgather;
-  if (value == "allgather_deredundency") return MuonCommStrategy::allgather_deredundency;
-  LOOM_THROW(ConfigError, "optimizer.comm_strategy must be \"allgather\" or \"allgather_deredundency\", got \"", value,
-             "\"");
+  const std::string problem = muon_comm_strategy_problem(value);
+  LOOM_CHECK(problem.empty(), ConfigError, "optimizer.comm_strategy: ", problem);
+  return value == "allgather" ? MuonCommStrategy::allgather : MuonCommStrategy::allgather_deredundency;
 }
 
 const char* muon_comm_strategy_name(MuonCommStrategy strategy) {

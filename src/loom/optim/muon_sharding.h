@@ -32,8 +32,11 @@ namespace loom::optim {
 
 enum class MuonCommStrategy : uint8_t { allgather, allgather_deredundency };
 
-// optimizer.comm_strategy as text ("allgather" | "allgather_deredundency"); ConfigError naming
-// the field otherwise.
+// What is wrong with optimizer.comm_strategy `value`, or "" when it is "allgather" or
+// "allgather_deredundency".
+std::string muon_comm_strategy_problem(const std::string& value);
+// optimizer.comm_strategy as text; ConfigError naming the field when muon_comm_strategy_problem
+// finds one.
 MuonCommStrategy parse_muon_comm_strategy(const std::string& value);
 const char* muon_comm_strategy_name(MuonCommStrategy strategy);
 

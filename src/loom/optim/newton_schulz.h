@@ -18,9 +18,15 @@ using kernels::NsCoefficients;
 // One triplet per iteration.
 using NsSchedule = std::vector<NsCoefficients>;
 
-// `ns_coefficients` flat [a, b, c] (repeated ns_steps times) or segmented
+// What is wrong with an `ns_coefficients` value (spec training_hyperparameters.md §1.2 "Two
+// Formats of ns_coefficients"), or "" when it is a flat [a, b, c] or segments
+// [[[a, b, c], count], ...] with every count >= 1.
+std::string ns_coefficients_problem(const nlohmann::ordered_json& coefficients);
+
+// `ns_coefficients` flat [a, b, c] (repeated ns_steps times, ns_steps >= 1) or segmented
 // [[[a, b, c], count], ...] (steps = Σ count; ns_steps is then ignored). ConfigError naming
-// `path` on malformed input. A null value gives the default quintic (3.4445, -4.7750, 2.0315).
+// `path` when ns_coefficients_problem finds one. A null value gives the default quintic
+// (3.4445, -4.7750, 2.0315).
 NsSchedule make_ns_schedule(const nlohmann::ordered_json& coefficients, int64_t ns_steps,
                             const std::string& path);
 

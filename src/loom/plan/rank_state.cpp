@@ -13,7 +13,6 @@
 #include "loom/models/registry.h"
 #include "loom/optim/muon.h"
 #include "loom/plan/planning_group.h"
-#include "loom/train/config_json.h"
 #include "loom/train/distributed.h"
 
 namespace loom::plan {
@@ -54,7 +53,7 @@ std::vector<HeldParameter> held_parameters(const config::TrainConfig& config, co
     (void)dist::apply_pipeline(*model, *mesh, train::pipeline_layout(*resolved.layout.pipeline));
   }
   std::optional<optim::MuonOptions> muon;
-  if (is_muon(config)) muon = optim::MuonOptions::from_json(train::optimizer_json(config.optimizer));
+  if (is_muon(config)) muon = optim::MuonOptions::from_json(config.optimizer.section);
 
   std::vector<HeldParameter> out;
   for (auto& [name, p] : model->named_parameters()) {

@@ -23,7 +23,6 @@
 #include "loom/optim/optimizer_factory.h"
 #include "loom/optim/placement_muon_sharding.h"
 #include "loom/train/builtin_callbacks.h"
-#include "loom/train/config_json.h"
 #include "loom/train/distributed.h"
 #include "loom/train/finite_state.h"
 #include "loom/train/hardware.h"
@@ -184,7 +183,7 @@ void Trainer::build_data(const config::ParallelLayout& layout) {
 
 void Trainer::build_optimizer() {
   scheduler_ = std::shared_ptr<optim::LrScheduler>(
-      optim::build_lr_scheduler(lr_scheduler_json(config_.lr_scheduler), config_.training.steps));
+      optim::build_lr_scheduler(config_.lr_scheduler.section, config_.training.steps));
   // The optimizer steps on what each rank owns: its local pieces of the trainable parameters.
   optim::NamedParams params;
   for (auto& [name, local] : model_->module().local_parameters()) params.push_back({name, local});
@@ -193,7 +192,7 @@ void Trainer::build_optimizer() {
   context.swap = config_.swap.enable;
   context.model_no_decay = model_->no_weight_decay();
   context.muon_sharding = optim::PlacementMuonSharding::of_module(model_->module(), mesh_);
-  optimizer_ = optim::build_optimizer(optimizer_json(config_.optimizer), params, context);
+  optimizer_ = optim::build_optimizer(config_.optimizer.section, params, context);
   optimizer_->set_lr_scheduler(scheduler_);
   // Every rank writes its update or none does: the shards of one step never diverge.
   optimizer_->set_finite_agreement([this](const std::string& local) { return agreed_non_finite(local, mesh_->world()); });
