@@ -28,7 +28,9 @@ const std::string kSection =
     "      create_attention_mask: false\n"
     "      data_path: ['1', /data/x]\n"
     "  drop_remainder: true\n"
-    "  num_parallel_workers: 2\n";
+    "  num_parallel_workers: 2\n"
+    // The model leaves the sequence length to the dataset (where both give one, they must agree).
+    "model:\n  model_type: llama\n  num_hidden_layers: 8\n  num_attention_heads: 8\n";
 
 // kSection with `line` (e.g. "      seq_length: 8\n") replaced by `with`.
 std::string edited(const std::string& line, const std::string& with) {
@@ -84,8 +86,9 @@ TEST(DatasetSection, ParsesTheTrainDatasetSection) {
 // The typed fields of the section (shuffle, drop_remainder, workers, prefetch) and the loader's
 // pass-through keys (sizes, config) meet in one set of options.
 TEST(DatasetSection, TypedFieldsAndPassThroughKeysMeet) {
-  const data::LoaderOptions o = loader_of(edited("    shuffle: false\n", "    shuffle: true\n") +
-                                          "  prefetch_size: 2\n");
+  std::string shuffled = edited("    shuffle: false\n", "    shuffle: true\n");
+  shuffled.insert(shuffled.find("  num_parallel_workers"), "  prefetch_size: 2\n");
+  const data::LoaderOptions o = loader_of(shuffled);
   EXPECT_TRUE(o.shuffle);
   EXPECT_EQ(o.prefetch_size, 2);
   EXPECT_EQ(*o.sizes[0], 40);

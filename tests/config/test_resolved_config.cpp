@@ -170,3 +170,30 @@ TEST(ResolvedConfig, GapsStopTheRunNotTheFile) {
   EXPECT_NE(from_args.find("(5 configuration errors in test.yaml)"), std::string::npos) << from_args;
   EXPECT_EQ(resolve_errors(load(kRunnable).config, 1), "");
 }
+
+// The sequence length is one value (ResolvedConfig::seq_length) that every rule and the run read:
+// the dataset's, whose samples the model is fed, else the model's (spec configuration.md gives
+// seq_length in both train_dataset.dataloader.config and the model's pass-through keys).
+TEST(ResolvedConfig, SequenceLengthIsOneValue) {
+  EXPECT_EQ(load(kRunnable, 1).resolved->seq_length, 16);
+  // Two lengths: the parallel rules would judge one and the run train on the other.
+  const std::string e = errors(kRunnable, 1, {"model.seq_length=32"});
+  EXPECT_NE(e.find("test.yaml:20:19: train_dataset.dataloader.config.seq_length: is 16 but model.seq_length is 32; the "
+                   "model is fed the dataset's samples, so both must give the same length: write one value in "
+                   "both, or delete model.seq_length"),
+            std::string::npos)
+      << e;
+  // One length given, in either place, is the length.
+  std::string model_only = kRunnable;
+  model_only.erase(model_only.find("      seq_length: 16\n"), std::string("      seq_length: 16\n").size());
+  LoadedConfig m = load(model_only, 1);
+  EXPECT_EQ(m.resolved->seq_length, 16);
+  std::string data_only = kRunnable;
+  data_only.erase(data_only.rfind("  seq_length: 16\n"));
+  EXPECT_EQ(load(data_only + "\n", 1).resolved->seq_length, 16);
+  // The context-parallel rule reads the resolved length: the model's 18 when the dataset gives none.
+  EXPECT_NE(errors(model_only, 1, {"model.seq_length=18", "parallelism.context_parallel=2",
+                                   "parallelism.data_parallel_shard=1"})
+                .find("seq_length 18 must be divisible by 2 * context_parallel (4)"),
+            std::string::npos);
+}

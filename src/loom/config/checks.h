@@ -46,19 +46,26 @@ struct LoaderReading {
 };
 LoaderReading read_loader_options(const TrainConfig& config, Diagnostics& diag);
 
+// The sequence length the run trains on (ResolvedConfig::seq_length), resolved once for every
+// check: train_dataset.dataloader.config.seq_length, the length of the samples the model is fed,
+// else model.seq_length; 0 when neither gives one. Both given and different is an error naming
+// both (dataset_section.cpp).
+std::int64_t resolve_seq_length(const models::ModelArgs& model, const data::MegatronDataConfig& data,
+                                Diagnostics& diag);
+
 // training, checkpoint, train_dataset's typed fields, monitor, profiler, callbacks, lora_config
 // and the top-level keys (section_checks.cpp).
 void check_sections(const TrainConfig& config, Diagnostics& diag);
 
 // parallelism rules that do not depend on the world size, and the pipeline layer placement
-// (parallel_checks.cpp). The sequence length is the model's, else the dataset's; `data` also
-// says whether the batches carry compressed masks.
+// (parallel_checks.cpp), on `seq_length` from resolve_seq_length; `data` says whether the batches
+// carry compressed masks.
 struct ParallelChecks {
   bool degrees_valid = false;  // every degree >= 1: the layout can be inferred for a world size
   std::optional<PipelinePlan> pipeline;
 };
 ParallelChecks check_parallelism(const TrainConfig& config, const models::ModelArgs& model,
-                                 const data::MegatronDataConfig& data, Diagnostics& diag);
+                                 const data::MegatronDataConfig& data, std::int64_t seq_length, Diagnostics& diag);
 // The layout on `world_size` ranks from degrees check_parallelism accepted (parallel_layout.cpp).
 std::optional<ParallelLayout> resolve_layout(const TrainConfig& config, int world_size,
                                              std::optional<PipelinePlan> pipeline, Diagnostics& diag);

@@ -2,6 +2,7 @@
 // MindFormers BlendedMegatronDatasetDataLoader keys of semantics §5.5): the typed fields of the
 // section plus the dataloader's pass-through keys (datasets_type, sizes, config), each checked
 // here once; data::build_data_loader asserts on the result.
+#include <algorithm>
 #include <set>
 
 #include "loom/config/checks.h"
@@ -256,6 +257,16 @@ LoaderReading read_loader_options(const TrainConfig& config, Diagnostics& diag) 
   }
   if (!has_config) r.gap(dl + ".config", dl + ".config is required (seq_length, data_path, split, ...)");
   return out;
+}
+
+std::int64_t resolve_seq_length(const models::ModelArgs& model, const data::MegatronDataConfig& data,
+                                Diagnostics& diag) {
+  if (data.seq_length > 0 && model.seq_length > 0 && data.seq_length != model.seq_length)
+    diag.error("train_dataset.dataloader.config.seq_length",
+               "is " + std::to_string(data.seq_length) + " but model.seq_length is " +
+                   std::to_string(model.seq_length) + "; the model is fed the dataset's samples, so both must give "
+                   "the same length: write one value in both, or delete model.seq_length");
+  return data.seq_length > 0 ? data.seq_length : std::max<std::int64_t>(model.seq_length, 0);
 }
 
 }  // namespace loom::config::detail

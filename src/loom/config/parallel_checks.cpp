@@ -21,7 +21,8 @@ void one_of(const std::string& value, const std::vector<std::string>& allowed, c
 }  // namespace
 
 ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& model,
-                                 const data::MegatronDataConfig& data, Diagnostics& diag) {
+                                 const data::MegatronDataConfig& data, std::int64_t seq_length_resolved,
+                                 Diagnostics& diag) {
   const ParallelismConfig& p = c.parallelism;
   const std::string P = "parallelism.";
   const std::pair<const char*, int> degrees[] = {{"tensor_parallel", p.tensor_parallel},
@@ -84,7 +85,7 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
 
   // Context parallelism (parallel_training.md §3, reference _validate_cp_method).
   const auto heads = known_size(model.num_attention_heads);
-  const auto seq_length = model.seq_length > 0 ? known_size(model.seq_length) : known_size(data.seq_length);
+  const auto seq_length = known_size(seq_length_resolved);
   const int cp = p.context_parallel;
   // Loom's all-to-all splits the heads with or without async (dist/context_parallel.h), each tp
   // rank's H/tp; fewer KV heads than the degree are repeated. With async the spec names the rule

@@ -25,9 +25,8 @@ std::string gap_source(const std::vector<std::string>& gaps) {
 // The start-up memory estimate (memory_estimate.h): a product of sizes that overflows is an
 // error naming the field; a run this host cannot hold is a gap, so check-config shows it and
 // train stops before it allocates anything.
-void add_memory_gap(const TrainConfig& c, const models::ModelArgs& model, std::int64_t data_seq_length,
+void add_memory_gap(const TrainConfig& c, const models::ModelArgs& model, std::int64_t seq_length,
                     ResolvedConfig& r, Diagnostics& diag) {
-  const std::int64_t seq_length = data_seq_length > 0 ? data_seq_length : model.seq_length;
   if (seq_length <= 0) return;
   try {
     r.memory = estimate_memory(c, model, r.layout, r.recompute, seq_length, ranks_per_host(r.layout.world_size));
@@ -69,7 +68,8 @@ std::optional<ResolvedConfig> resolve(const TrainConfig& c, std::optional<int> w
   models::ModelReading model = read_model_section(c, diag);
   LoaderReading loader = read_loader_options(c, diag);
   check_sections(c, diag);
-  ParallelChecks parallel = check_parallelism(c, model.args, loader.options.config, diag);
+  const std::int64_t seq_length = resolve_seq_length(model.args, loader.options.config, diag);
+  ParallelChecks parallel = check_parallelism(c, model.args, loader.options.config, seq_length, diag);
   check_optimizer(c, model.args, diag);
   MemoryOptions memory = check_memory(c, model.args, diag);
   if (!world_size || !parallel.degrees_valid) return std::nullopt;
@@ -85,8 +85,8 @@ std::optional<ResolvedConfig> resolve(const TrainConfig& c, std::optional<int> w
   if (c.lora_config)
     r.gaps.push_back(diag.positioned("lora_config", "lora_config: LoRA fine-tuning is not supported by Loom yet; remove "
                                                     "the section to train all parameters"));
-  r.seq_length = loader.options.config.seq_length > 0 ? loader.options.config.seq_length : model.args.seq_length;
-  if (model.gaps.empty()) add_memory_gap(c, model.args, loader.options.config.seq_length, r, diag);
+  r.seq_length = seq_length;
+  if (model.gaps.empty()) add_memory_gap(c, model.args, seq_length, r, diag);
   if (model.gaps.empty()) r.model = std::move(model.args);
   if (loader.gaps.empty()) r.loader = std::move(loader.options);
   return r;

@@ -45,7 +45,8 @@ struct ResolvedConfig {
   std::optional<models::ModelArgs> model;
   std::optional<data::LoaderOptions> loader;
   // The sequence length a run trains on: the dataset's (even when the dataset has gaps), else
-  // the model's; 0 when neither gives one.
+  // the model's; 0 when neither gives one. Every rule on the length reads this one value; both
+  // given and different is an error (resolve_seq_length).
   std::int64_t seq_length = 0;
   // The start-up memory estimate (memory_estimate.h), when the model and the sequence length are known.
   std::optional<MemoryEstimate> memory;
