@@ -1,10 +1,12 @@
 #include "loom/data/preprocess.h"
 
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -75,14 +77,51 @@ class Progress {
   clock::time_point last_;
 };
 
+// Worker threads that live for the whole run: a tokenizer caches words per thread, so threads
+// started afresh for every chunk would start with empty caches.
+class WorkerPool {
+ public:
+  explicit WorkerPool(size_t workers) : start_(static_cast<std::ptrdiff_t>(workers)),
+                                        done_(static_cast<std::ptrdiff_t>(workers)) {
+    for (size_t w = 1; w < workers; ++w) {
+      threads_.emplace_back([this] {
+        while (true) {
+          start_.arrive_and_wait();
+          if (stop_) return;
+          (*task_)();
+          done_.arrive_and_wait();
+        }
+      });
+    }
+  }
+  ~WorkerPool() {
+    stop_ = true;
+    start_.arrive_and_wait();
+    for (auto& t : threads_) t.join();
+  }
+  // Runs `task` on every worker, the calling thread included, and waits for all.
+  void run(const std::function<void()>& task) {
+    task_ = &task;
+    start_.arrive_and_wait();
+    task();
+    done_.arrive_and_wait();
+  }
+
+ private:
+  std::barrier<> start_, done_;
+  const std::function<void()>* task_ = nullptr;
+  bool stop_ = false;  // written before the start barrier, which orders it for the workers
+  std::vector<std::thread> threads_;
+};
+
 // Encodes every line, each worker taking the next unclaimed line so long documents do not leave
 // the others idle. The error of the earliest failing line is the one reported, whatever the
 // timing, so messages are stable.
 void encode_lines(const Tokenizer& tokenizer, const PreprocessOptions& o, const std::vector<Line>& lines,
-                  std::vector<std::vector<EncodedDocument>>& encoded, size_t workers) {
+                  std::vector<std::vector<EncodedDocument>>& encoded, WorkerPool& pool) {
   std::atomic<size_t> next{0};
   std::vector<std::exception_ptr> errors(lines.size());
-  auto work = [&] {
+  pool.run([&] {
     for (size_t i = next++; i < lines.size(); i = next++) {
       try {
         const auto record = parse_json_line(lines[i].text, o.input, lines[i].number);
@@ -94,11 +133,7 @@ void encode_lines(const Tokenizer& tokenizer, const PreprocessOptions& o, const 
         errors[i] = std::current_exception();
       }
     }
-  };
-  std::vector<std::thread> pool;
-  for (size_t w = 1; w < std::min(workers, lines.size()); ++w) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
+  });
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
@@ -145,6 +180,7 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& o) {
     const size_t workers = o.workers > 0 ? static_cast<size_t>(o.workers)
                                          : std::max<size_t>(1, std::thread::hardware_concurrency());
     const size_t chunk = 256 * workers;
+    WorkerPool pool(workers);
     std::vector<Line> lines;
     // encoded[line][key]
     std::vector<std::vector<EncodedDocument>> encoded;
@@ -156,7 +192,7 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& o) {
       while (lines.size() < chunk && (more = reader.next(line.text, line.number))) lines.push_back(line);
       if (lines.empty()) break;
       encoded.assign(lines.size(), {});
-      encode_lines(tokenizer, o, lines, encoded, workers);
+      encode_lines(tokenizer, o, lines, encoded, pool);
       for (size_t i = 0; i < lines.size(); ++i) {
         for (size_t k = 0; k < o.json_keys.size(); ++k) {
           const EncodedDocument& doc = encoded[i][k];

@@ -1,5 +1,7 @@
 #include "loom/data/tokenizer/bpe.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <queue>
 
@@ -10,9 +12,30 @@ namespace loom::data {
 
 namespace {
 
-constexpr size_t kCacheShards = 64;
-constexpr size_t kCacheWordsPerShard = 8192;
+constexpr size_t kCacheWords = 1 << 17;
 constexpr size_t kMaxCachedWordBytes = 256;  // HF caches words below this length too
+
+struct CachedWord {
+  std::vector<uint32_t> ids, lengths;
+};
+
+// The calling thread's cache of encoded words, for one model at a time: a thread that moves to
+// another model starts afresh. Full, it stops taking words (as HF's cache does).
+struct WordCache {
+  uint64_t model = 0;
+  std::unordered_map<std::string, CachedWord, StringHash, std::equal_to<>> words;
+};
+
+WordCache& thread_cache(uint64_t model) {
+  thread_local WordCache cache;
+  if (cache.model != model) {
+    cache.words.clear();
+    cache.model = model;
+  }
+  return cache;
+}
+
+std::atomic<uint64_t> next_instance{1};
 
 uint64_t pair_key(uint32_t left, uint32_t right) { return (static_cast<uint64_t>(left) << 32) | right; }
 
@@ -25,13 +48,8 @@ std::optional<std::string> optional_string(const nlohmann::json& model, const st
 
 }  // namespace
 
-struct BpeModel::CacheShard {
-  std::mutex mutex;
-  std::unordered_map<std::string, CachedWord, StringHash, std::equal_to<>> words;
-};
-
 BpeModel::BpeModel(const nlohmann::json& model, const JsonPlace& at, bool byte_level)
-    : byte_level_(byte_level), cache_(new CacheShard[kCacheShards]) {
+    : byte_level_(byte_level), instance_(next_instance++) {
   const auto& vocab = json_field(model, "vocab", at);
   LOOM_CHECK(vocab.is_object(), DataError, at.child("vocab").str(), " must be an object of token: id");
   vocab_.reserve(vocab.size());
@@ -55,6 +73,7 @@ BpeModel::BpeModel(const nlohmann::json& model, const JsonPlace& at, bool byte_l
     unk_id_ = it->second;
   }
   const ByteLevelAlphabet& alphabet = byte_level_alphabet();
+  plain_bytes_ = byte_level_ && continuing_subword_prefix_.empty() && end_of_word_suffix_.empty();
   for (int b = 0; b < 256; ++b) {
     const auto it = vocab_.find(alphabet.byte_to_char[static_cast<size_t>(b)]);
     byte_ids_[static_cast<size_t>(b)] = it == vocab_.end() ? -1 : it->second;
@@ -62,6 +81,7 @@ BpeModel::BpeModel(const nlohmann::json& model, const JsonPlace& at, bool byte_l
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
     const auto fb = vocab_.find(std::string_view(name));
     fallback_ids_[static_cast<size_t>(b)] = fb == vocab_.end() ? -1 : fb->second;
+    plain_bytes_ = plain_bytes_ && byte_ids_[static_cast<size_t>(b)] >= 0;
   }
   read_merges(json_field(model, "merges", at), at.child("merges"));
 }
@@ -114,58 +134,49 @@ void BpeModel::initial_symbols(std::string_view word, bool space_before, std::ve
   auto add = [&](uint32_t id, uint32_t length) {
     symbols.push_back({id, length, static_cast<int32_t>(symbols.size()) - 1, -1});
   };
-  if (byte_level_ && continuing_subword_prefix_.empty() && end_of_word_suffix_.empty()) {
-    auto add_byte = [&](unsigned char b, uint32_t length) {
-      if (byte_ids_[b] >= 0) {
-        add(static_cast<uint32_t>(byte_ids_[b]), length);
-      } else if (unk_id_) {
-        add(*unk_id_, length);
-      }
-    };
-    if (space_before) add_byte(' ', 0);
-    for (const char c : word) add_byte(static_cast<unsigned char>(c), 1);
+  if (plain_bytes_) {  // every byte is a vocabulary symbol: one table lookup each
+    if (space_before) add(static_cast<uint32_t>(byte_ids_[' ']), 0);
+    for (const char c : word) add(static_cast<uint32_t>(byte_ids_[static_cast<unsigned char>(c)]), 1);
   } else {
-    std::string spaced;
-    if (space_before) spaced = " ";
+    std::string spaced = space_before ? " " : "";
     spaced.append(word);
-    std::optional<std::pair<uint32_t, uint32_t>> unk;  // pending unknown: id, bytes
+    bool unk_pending = false;
+    uint32_t unk_length = 0;
     std::string piece;
-    const ByteLevelAlphabet& alphabet = byte_level_alphabet();
     for (size_t i = 0; i < spaced.size();) {
-      const size_t n = byte_level_ ? 1 : std::min(utf8_length(static_cast<unsigned char>(spaced[i])), spaced.size() - i);
-      uint32_t length = static_cast<uint32_t>(n);
-      if (space_before && i == 0) length = 0;
-      piece.clear();
-      if (i > 0) piece = continuing_subword_prefix_;
-      piece += byte_level_ ? alphabet.byte_to_char[static_cast<unsigned char>(spaced[i])] : spaced.substr(i, n);
+      const auto lead = static_cast<unsigned char>(spaced[i]);
+      const size_t n = byte_level_ ? 1 : std::min(utf8_length(lead), spaced.size() - i);
+      const uint32_t length = space_before && i == 0 ? 0 : static_cast<uint32_t>(n);
+      piece = i > 0 ? continuing_subword_prefix_ : "";
+      piece += byte_level_ ? byte_level_alphabet().byte_to_char[lead] : spaced.substr(i, n);
       if (i + n == spaced.size()) piece += end_of_word_suffix_;
       i += n;
       if (const auto it = vocab_.find(piece); it != vocab_.end()) {
-        if (unk) add(unk->first, unk->second), unk.reset();
+        if (unk_pending) add(*unk_id_, unk_length), unk_pending = false;
         add(it->second, length);
         continue;
       }
-      if (byte_fallback_) {
-        bool all = true;
-        for (const char b : piece) all = all && fallback_ids_[static_cast<unsigned char>(b)] >= 0;
-        if (all) {
-          for (size_t k = 0; k < piece.size(); ++k) {
-            add(static_cast<uint32_t>(fallback_ids_[static_cast<unsigned char>(piece[k])]), k == 0 ? length : 0);
-          }
-          continue;
+      // HF looks up <0xXX> for every byte of the piece, prefix and suffix included.
+      const bool fallback = byte_fallback_ && std::all_of(piece.begin(), piece.end(), [&](char b) {
+        return fallback_ids_[static_cast<unsigned char>(b)] >= 0;
+      });
+      if (fallback) {
+        for (size_t k = 0; k < piece.size(); ++k) {
+          add(static_cast<uint32_t>(fallback_ids_[static_cast<unsigned char>(piece[k])]), k == 0 ? length : 0);
         }
+        continue;
       }
       if (!unk_id_) continue;
-      if (unk && fuse_unk_) {
-        unk->second += length;
+      if (unk_pending && fuse_unk_) {
+        unk_length += length;
       } else {
-        if (unk) add(unk->first, unk->second);
-        unk = std::pair{*unk_id_, length};
+        if (unk_pending) add(*unk_id_, unk_length);
+        unk_pending = true;
+        unk_length = length;
       }
     }
-    if (unk) add(unk->first, unk->second);
+    if (unk_pending) add(*unk_id_, unk_length);
   }
-  if (!symbols.empty()) symbols.back().next = -1;
   for (size_t i = 0; i + 1 < symbols.size(); ++i) symbols[i].next = static_cast<int32_t>(i + 1);
 }
 
@@ -235,30 +246,23 @@ void BpeModel::encode_word(std::string_view word, bool space_before, std::vector
       return;
     }
   }
-  CacheShard& shard = cache_[StringHash{}(key) % kCacheShards];
-  {
-    std::lock_guard<std::mutex> lock(shard.mutex);
-    if (const auto it = shard.words.find(std::string_view(key)); it != shard.words.end()) {
-      ids.insert(ids.end(), it->second.ids.begin(), it->second.ids.end());
-      lengths.insert(lengths.end(), it->second.lengths.begin(), it->second.lengths.end());
-      return;
-    }
+  WordCache& cache = thread_cache(instance_);
+  if (const auto it = cache.words.find(std::string_view(key)); it != cache.words.end()) {
+    ids.insert(ids.end(), it->second.ids.begin(), it->second.ids.end());
+    lengths.insert(lengths.end(), it->second.lengths.begin(), it->second.lengths.end());
+    return;
   }
   thread_local std::vector<Symbol> symbols;
   initial_symbols(word, space_before, symbols);
   merge_all(symbols);
-  CachedWord result;
-  result.ids.reserve(symbols.size());
-  result.lengths.reserve(symbols.size());
+  const size_t first = ids.size();
   for (const Symbol& s : symbols) {
-    result.ids.push_back(s.id);
-    result.lengths.push_back(s.length);
+    ids.push_back(s.id);
+    lengths.push_back(s.length);
   }
-  ids.insert(ids.end(), result.ids.begin(), result.ids.end());
-  lengths.insert(lengths.end(), result.lengths.begin(), result.lengths.end());
-  if (word.size() < kMaxCachedWordBytes) {
-    std::lock_guard<std::mutex> lock(shard.mutex);
-    if (shard.words.size() < kCacheWordsPerShard) shard.words.emplace(key, std::move(result));
+  if (word.size() < kMaxCachedWordBytes && cache.words.size() < kCacheWords) {
+    cache.words.emplace(key, CachedWord{{ids.begin() + static_cast<std::ptrdiff_t>(first), ids.end()},
+                                        {lengths.begin() + static_cast<std::ptrdiff_t>(first), lengths.end()}});
   }
 }
 

@@ -1,12 +1,11 @@
 // tokenizer.json "model" of type BPE: vocabulary, ranked merges, byte fallback, unknown token,
 // subword prefix/suffix and ignore_merges, applied to one word at a time as HF tokenizers'
-// BPE::merge_word and Word::merge_all do. Words are cached (most text repeats its words).
+// BPE::merge_word and Word::merge_all do. Words are cached per thread (most text repeats its
+// words; a per-thread cache needs no lock, so workers encoding in parallel do not contend).
 #pragma once
 
 #include <array>
 #include <cstdint>
-#include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,10 +48,6 @@ class BpeModel {
     uint32_t rank;
     uint32_t id;
   };
-  struct CachedWord {
-    std::vector<uint32_t> ids, lengths;
-  };
-  struct CacheShard;
 
   void read_merges(const nlohmann::json& merges, const JsonPlace& at);
   void initial_symbols(std::string_view word, bool space_before, std::vector<Symbol>& symbols) const;
@@ -64,12 +59,13 @@ class BpeModel {
   bool byte_level_ = false;
   std::array<int64_t, 256> byte_ids_{};       // byte-level alphabet ids (-1: not in the vocabulary)
   std::array<int64_t, 256> fallback_ids_{};   // <0xXX> ids for byte_fallback (-1: absent)
+  bool plain_bytes_ = false;  // byte-level, every byte in the vocabulary, no prefix or suffix
   bool byte_fallback_ = false;
   bool ignore_merges_ = false;
   bool fuse_unk_ = false;
   std::optional<uint32_t> unk_id_;
   std::string continuing_subword_prefix_, end_of_word_suffix_;
-  std::unique_ptr<CacheShard[]> cache_;
+  uint64_t instance_ = 0;  // tells this model's cached words from another's
 };
 
 }  // namespace loom::data
