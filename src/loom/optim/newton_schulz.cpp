@@ -39,7 +39,8 @@ NsSchedule make_ns_schedule(const json& coefficients, int64_t ns_steps, const st
   LOOM_CHECK(problem.empty(), ConfigError, path, ": ", problem);
   if (coefficients.is_null() || is_triplet(coefficients)) {
     LOOM_CHECK(ns_steps >= 1, ConfigError, "optimizer.ns_steps: must be >= 1, got ", ns_steps);
-    const NsCoefficients t = coefficients.is_null() ? NsCoefficients{3.4445f, -4.7750f, 2.0315f} : triplet(coefficients);
+    const NsCoefficients quintic{3.4445f, -4.7750f, 2.0315f};
+    const NsCoefficients t = coefficients.is_null() ? quintic : triplet(coefficients);
     return NsSchedule(static_cast<size_t>(ns_steps), t);
   }
   NsSchedule out;

@@ -19,7 +19,8 @@ OptimizerSection read_optimizer_section(const nlohmann::ordered_json& section, O
   } else if (out.type == "Muon") {
     out.options = MuonOptions::read(reader);
   } else {
-    reader.error("type", "must be 'AdamW' or 'Muon', got '" + out.type + "'" + did_you_mean(out.type, optimizer_types()));
+    reader.error("type",
+                 "must be 'AdamW' or 'Muon', got '" + out.type + "'" + did_you_mean(out.type, optimizer_types()));
   }
   return out;
 }
