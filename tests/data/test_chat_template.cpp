@@ -132,6 +132,20 @@ TEST(ChatTemplate, ScopesLoopsAndNamespaces) {
             "a/c|user|C|cba|1");
 }
 
+TEST(ChatTemplate, LoopHelpersAndTests) {
+  EXPECT_EQ(render("{% for x in 'abc' %}{{ loop.previtem | default('-') }}{{ x }}{{ loop.nextitem | default('-') }}"
+                   "{{ loop.cycle('o', 'e') }} {% endfor %}"),
+            "-abo abce bc-o ");
+  EXPECT_EQ(render("{% for i in range(10) if i is odd %}{{ i }}{% if i > 5 %}{% break %}{% endif %}{% endfor %}|"
+                   "{{ range(3) | list | length }}|{{ 'ab' is lower }}{{ 'AB' is upper }}|{{ 10 is divisibleby(5) }}"),
+            "1357|3|TrueTrue|True");
+  EXPECT_EQ(render("{{ '%' }}{{ 'a' < 'b' }}{{ [1] + [2] }}{{ 'x' if none else 'y' }}{{ none is none }}{{ 1 is number }}"
+                   "{{ 'k' is mapping }}"),
+            "%True[1, 2]yTrueTrueFalse");
+  // transformers' {% generation %} marks assistant text for its masks and renders its content.
+  EXPECT_EQ(render("a{% generation %}b{{ 1 }}{% endgeneration %}c"), "ab1c");
+}
+
 TEST(ChatTemplate, UnsupportedConstructsNameThemselvesAndTheirLine) {
   const auto error = [](const std::string& source) {
     return message_of([&] { ChatTemplate(source, "m/tokenizer_config.json").render(ordered_json::object()); });

@@ -7,6 +7,7 @@
 
 #include "loom/core/error.h"
 #include "loom/data/tokenizer/byte_level.h"
+#include "loom/data/tokenizer/hf_pre_tokenizer.h"
 #include "loom/data/tokenizer/regex.h"
 #include "loom/data/tokenizer/tokenizer.h"
 #include "loom/data/tokenizer/unicode.h"
@@ -238,4 +239,49 @@ TEST(HfTokenizer, SpecialTokensComeFromTokenizerConfig) {
   write_file(dir.file("alone/tokenizer_config.json"), R"({"eos_token": )");
   EXPECT_NE(message_of([&] { load_tokenizer(dir.file("alone")); }).find("tokenizer_config.json: not valid JSON"),
             std::string::npos);
+}
+
+// HF's SplitDelimiterBehavior on "a-b--c": what happens to each delimiter.
+TEST(HfTokenizer, SplitBehaviours) {
+  const auto words = [](const std::string& behavior, bool invert = false) {
+    const nlohmann::json config = {{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", behavior}, {"invert", invert}};
+    const HfPreTokenizer pre(config, {"test", "pre_tokenizer"});
+    const std::string text = "a-b--c";
+    std::vector<PreToken> out;
+    pre.split(text, 0, text.size(), out);
+    std::vector<std::string> pieces;
+    for (const auto& w : out) pieces.push_back(text.substr(w.begin, w.end - w.begin));
+    return pieces;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(words("Isolated"), (V{"a", "-", "b", "-", "-", "c"}));
+  EXPECT_EQ(words("Removed"), (V{"a", "b", "c"}));
+  EXPECT_EQ(words("MergedWithPrevious"), (V{"a-", "b-", "-", "c"}));
+  EXPECT_EQ(words("MergedWithNext"), (V{"a", "-b", "-", "-c"}));
+  EXPECT_EQ(words("Contiguous"), (V{"a", "-", "b", "--", "c"}));
+  EXPECT_EQ(words("Removed", true), (V{"-", "-", "-"}));  // invert: the text between is the delimiter
+  EXPECT_NE(message_of([&] { words("Dropped"); }).find("test: pre_tokenizer.behavior is \"Dropped\""), std::string::npos);
+}
+
+// Without byte fallback a character outside the vocabulary is the unknown token; fuse_unk makes
+// one of a run of them, covering all their bytes.
+TEST(HfTokenizer, UnknownCharactersBecomeTheUnknownToken) {
+  TempDir dir;
+  for (const bool fuse : {false, true}) {
+    const std::string path = edited_fixture(dir, [&](nlohmann::json& j) {
+      j["model"]["byte_fallback"] = false;
+      j["model"]["unk_token"] = "?";
+      j["model"]["fuse_unk"] = fuse;
+    });
+    const auto t = load_tokenizer(path);
+    const int64_t unk = *t->token_to_id("?"), x = *t->token_to_id("x");
+    const Encoding e = t->encode_with_spans("\xC3\xA9\xE2\x82\xACx", false);  // "é€x"
+    if (fuse) {
+      EXPECT_EQ(e.ids, (std::vector<int64_t>{unk, x}));
+      EXPECT_EQ(e.spans[0].end, 5u);
+    } else {
+      EXPECT_EQ(e.ids, (std::vector<int64_t>{unk, unk, x}));
+      EXPECT_EQ(e.spans[1].begin, 2u);
+    }
+  }
 }

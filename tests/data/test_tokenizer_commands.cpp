@@ -2,6 +2,9 @@
 // tokenizer (the byte-fallback fixture, or a fetched model when present).
 #include <gtest/gtest.h>
 
+#include <iostream>
+#include <sstream>
+
 #include "loom/data/data_cli.h"
 #include "loom/data/indexed_dataset.h"
 #include "loom/data/preprocess.h"
@@ -61,14 +64,30 @@ TEST(TokenizerCommands, EncodeDecodeChatRoundTrip) {
   EXPECT_EQ(run_captured({"decode", "--tokenizer", folder, "--input", dir.file("ids.jsonl"), "--raw"}),
             "<s>thestring</s>\ncaf\xC3\xA9\n");
 
-  write_file(dir.file("chat.jsonl"), R"({"messages": [{"role": "user", "content": "hi"}], "tools": null})" "\n");
-  const auto chat = nlohmann::json::parse(
-      lines_of(run_captured({"chat", "--tokenizer", folder, "--input", dir.file("chat.jsonl"), "--add-generation-prompt"}))[0]);
+  // A line's own keys are template variables; add_generation_prompt may come from the line too.
+  write_file(dir.file("chat.jsonl"), R"({"messages": [{"role": "user", "content": "hi"}], "tools": null})" "\n"
+                                     R"({"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": true})" "\n");
+  const auto chats = lines_of(run_captured({"chat", "--tokenizer", folder, "--input", dir.file("chat.jsonl"),
+                                            "--add-generation-prompt"}));
+  ASSERT_EQ(chats.size(), 2u);
   const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
   ChatOptions options;
   options.add_generation_prompt = true;
-  EXPECT_EQ(chat["text"], t->apply_chat_template(messages, options));
-  EXPECT_EQ(chat["ids"].get<std::vector<int64_t>>(), t->encode(chat["text"].get<std::string>(), false));
+  for (const auto& line : chats) {
+    const auto chat = nlohmann::json::parse(line);
+    EXPECT_EQ(chat["text"], t->apply_chat_template(messages, options));
+    EXPECT_EQ(chat["ids"].get<std::vector<int64_t>>(), t->encode(chat["text"].get<std::string>(), false));
+  }
+  const auto without_flag = lines_of(run_captured({"chat", "--tokenizer", folder, "--input", dir.file("chat.jsonl")}));
+  EXPECT_EQ(nlohmann::json::parse(without_flag[0])["text"], t->apply_chat_template(messages));
+  EXPECT_EQ(nlohmann::json::parse(without_flag[1])["text"], t->apply_chat_template(messages, options));
+
+  // Without --input the lines come from stdin.
+  std::istringstream stdin_lines("{\"text\": \"the string\"}\n");
+  auto* saved = std::cin.rdbuf(stdin_lines.rdbuf());
+  const std::string from_stdin = run_captured({"encode", "--tokenizer", folder});
+  std::cin.rdbuf(saved);
+  EXPECT_EQ(from_stdin, encoded[0] + "\n");
 
   const std::string info = run_captured({"info", "--tokenizer", folder});
   EXPECT_NE(info.find("(tokenizer.json): vocab_size 338"), std::string::npos) << info;

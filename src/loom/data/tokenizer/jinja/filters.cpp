@@ -93,6 +93,36 @@ Value select(const Value& target, const Arguments& args, bool keep, const std::s
   return Value::of(std::move(out));
 }
 
+Value reverse(const Value& target, int line) {
+  if (target.kind == Value::Kind::string) {
+    auto cps = code_points(target.string);
+    std::reverse(cps.begin(), cps.end());
+    std::string s;
+    for (const auto& c : cps) s += c;
+    return Value::of(std::move(s));
+  }
+  Array items = items_of(target, "reverse", line);
+  std::reverse(items.begin(), items.end());
+  return Value::of(std::move(items));
+}
+
+// map(attribute='x') takes an attribute of each item; map('filter', args...) applies a filter.
+Value map(const Value& target, const Arguments& args, int line) {
+  Array out;
+  const Value* attr = args.keyword("attribute");
+  if (!attr && args.positional.empty()) fail(line, "map() needs a filter name or attribute=");
+  for (const Value& item : items_of(target, "map", line)) {
+    if (attr) {
+      out.push_back(attribute_of(item, to_str(*attr)));
+    } else {
+      Arguments rest;
+      rest.positional.assign(args.positional.begin() + 1, args.positional.end());
+      out.push_back(apply_filter(to_str(args.positional[0]), item, rest, line));
+    }
+  }
+  return Value::of(std::move(out));
+}
+
 }  // namespace
 
 Value apply_filter(const std::string& name, const Value& target, const Arguments& args, int line) {
@@ -135,18 +165,7 @@ Value apply_filter(const std::string& name, const Value& target, const Arguments
     return name == "first" ? items.front() : items.back();
   }
   if (name == "list") return Value::of(items_of(target, name, line));
-  if (name == "reverse") {
-    if (target.kind == Value::Kind::string) {
-      auto cps = code_points(target.string);
-      std::reverse(cps.begin(), cps.end());
-      std::string s;
-      for (const auto& c : cps) s += c;
-      return Value::of(std::move(s));
-    }
-    Array items = items_of(target, name, line);
-    std::reverse(items.begin(), items.end());
-    return Value::of(std::move(items));
-  }
+  if (name == "reverse") return reverse(target, line);
   if (name == "join") {
     const std::string sep = to_str(argument(args, 0, "d", Value::of(std::string())));
     const Value attr = argument(args, 1, "attribute", Value::none());
@@ -162,21 +181,7 @@ Value apply_filter(const std::string& name, const Value& target, const Arguments
     return call_method(target, "items", {}, line);
   }
   if (name == "selectattr" || name == "rejectattr") return select(target, args, name == "selectattr", name, line);
-  if (name == "map") {
-    Array out;
-    const Value* attr = args.keyword("attribute");
-    for (const Value& item : items_of(target, name, line)) {
-      if (attr) {
-        out.push_back(attribute_of(item, to_str(*attr)));
-      } else {
-        if (args.positional.empty()) fail(line, "map() needs a filter name or attribute=");
-        Arguments rest;
-        rest.positional.assign(args.positional.begin() + 1, args.positional.end());
-        out.push_back(apply_filter(to_str(args.positional[0]), item, rest, line));
-      }
-    }
-    return Value::of(std::move(out));
-  }
+  if (name == "map") return map(target, args, line);
   fail(line, "the filter '" + name + "' is not part of the Jinja subset Loom renders");
 }
 
