@@ -30,7 +30,7 @@
 #include "loom/core/rng.h"
 #include "loom/dist/runtime.h"
 #include "loom/ops/linear.h"
-#include "loom/train/hardware.h"
+#include "loom/runtime/cpu/cpu_peak.h"
 #include "cpu_path.h"
 
 #ifdef LOOM_HAVE_MPI
@@ -124,7 +124,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   LOOM_CHECK(n >= 2, ValueError, "bench_comm_overlap needs at least 2 ranks (mpirun -np 2 ...)");
   const unsigned cores = std::thread::hardware_concurrency();
   if (rt.rank() == 0) {
-    std::printf("cpu: %s (%u logical cores)\n", train::cpu_model_name().c_str(), cores);
+    std::printf("cpu: %s (%u logical cores)\n", runtime::cpu::cpu_model_name().c_str(), cores);
     std::printf("cpu matrix path: %s\n", bench::cpu_matrix_path().c_str());
     std::printf("mpi: %s; %s\n", mpi_library().c_str(), transport().c_str());
     std::printf("ranks: %d, compute threads per rank: %d, GEMM on %s, reps: %d (median of the slowest rank)\n", n,

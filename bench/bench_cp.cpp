@@ -43,7 +43,7 @@
 #include "loom/dist/parallelize.h"
 #include "loom/dist/runtime.h"
 #include "loom/models/registry.h"
-#include "loom/train/hardware.h"
+#include "loom/runtime/cpu/cpu_peak.h"
 
 #include "bench_util.h"
 
@@ -160,7 +160,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
       ranks.push_back({{"held_activation_bytes", f[0]}, {"ring_bytes_sent", f[1]}, {"visible_pairs", f[2]},
                        {"blocks_computed", f[3]}, {"blocks_skipped", f[4]}, {"all_to_all_bytes_sent", f[5]}});
     }
-    Json result{{"cpu", train::cpu_model_name()}, {"cpu_matrix_path", bench::cpu_matrix_path()}, {"threads", num_threads()}, {"cp", c}, {"seq", S},
+    Json result{{"cpu", runtime::cpu::cpu_model_name()}, {"cpu_matrix_path", bench::cpu_matrix_path()}, {"threads", num_threads()}, {"cp", c}, {"seq", S},
                 {"split", !balanced ? "contiguous" : packed && !per_document ? "per-sequence" : "load-balanced"},
                 {"packed", packed}, {"documents", packed ? doc_ends.size(1) : 1}, {"method", method}, {"async", async},
                 {"layers", layers}, {"hidden", hidden}, {"heads", heads}, {"kv_heads", kv_heads},

@@ -45,8 +45,8 @@
 #include "loom/optim/adamw.h"
 #include "loom/optim/grad_norm.h"
 #include "loom/optim/muon.h"
-#include "loom/train/causal_lm_model.h"
-#include "loom/train/hardware.h"
+#include "loom/train/model_hooks.h"
+#include "loom/runtime/cpu/cpu_peak.h"
 #include "loom/optim/placement_muon_sharding.h"
 #include "cpu_path.h"
 
@@ -166,9 +166,9 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     optim::MuonOptions mo;
     mo.learning_rate = 3e-4;  // also the AdamW fallback's (embedding, output layer): keep it sane
     mo.comm_strategy = comm_strategy;
-    const train::CausalLMModel facts(built.args, built.model);
     if (mesh) sharding = optim::PlacementMuonSharding::of_module(model, mesh);
-    auto m = std::make_unique<optim::Muon>(params, mo, facts.muon_info(), false, optim::WeightDecayRules{}, sharding);
+    auto m = std::make_unique<optim::Muon>(params, mo, train::muon_model_info(built.args), false,
+                                           optim::WeightDecayRules{}, sharding);
     muon = m.get();
     opt = std::move(m);
   } else {
@@ -261,7 +261,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     Json r = {{"size", size_name},
               {"processes", n},
               {"threads_per_process", num_threads()},
-              {"cpu", train::cpu_model_name()},
+              {"cpu", runtime::cpu::cpu_model_name()},
               {"cpu_matrix_path", bench::cpu_matrix_path()},
               {"compute_dtype", compute_dtype},
               {"params_dtype", params_dtype},

@@ -53,10 +53,10 @@
 #include "loom/optim/grad_norm.h"
 #include "loom/optim/lr_scheduler.h"
 #include "loom/optim/optimizer_factory.h"
-#include "loom/train/causal_lm_model.h"
-#include "loom/train/distributed.h"
-#include "loom/train/schedule.h"
-#include "loom/train/hardware.h"
+#include "loom/runtime/cpu/cpu_peak.h"
+#include "loom/runtime/model_runtime.h"
+#include "loom/runtime/parallel_options.h"
+#include "loom/train/model_hooks.h"
 
 #include "bench_util.h"
 
@@ -161,16 +161,17 @@ int run(int argc, char** argv, dist::Runtime& rt) {
              "training.global_batch_size to local_batch_size × data parallel (", layout.samples_per_micro_step, ")");
   const int64_t B = cfg.training.local_batch_size, S = resolved.loader_options().config.seq_length;
 
-  auto mesh = std::make_shared<dist::DeviceMesh>(rt.world(), layout.dims);
+  // The run's build, as `loom train` makes it.
+  std::unique_ptr<runtime::Backend> backend = runtime::make_backend(resolved.device, rt.world());
+  runtime::ModelRuntime model_runtime(cfg, resolved, *backend);
+  model_runtime.initialize(static_cast<uint64_t>(cfg.training.seed));
+  dist::DeviceMesh* mesh = &model_runtime.mesh();
+  dist::ParallelModel* parallel = &model_runtime.parallel();
+  runtime::LanguageModel* model = &model_runtime.model();
   const models::ModelArgs& args = resolved.model_args();
-  std::unique_ptr<train::TrainModel> model = train::build_causal_lm(args);
-  dist::ParallelizeOptions po;
-  po.fsdp = train::fsdp_options(cfg.parallelism, layout.dims);
-  po.expert = train::expert_parallel_options(cfg.parallelism);
-  auto parallel = dist::parallelize(model->module(), mesh, po);
-  parallel->materialize(static_cast<uint64_t>(cfg.training.seed));
-  model->set_backward_scale(train::micro_batch_backward_scale(*parallel, 1));
-  auto& lm = dynamic_cast<nn::CausalLM&>(model->module());
+  train::ModelHooks hooks(args, model_runtime.causal_lm(), *parallel);
+  hooks.set_backward_scale(runtime::micro_batch_backward_scale(*parallel, 1));
+  nn::CausalLM& lm = model_runtime.causal_lm();
   const std::vector<nn::MoELayer*> moes = lm.moe_layers();
   LOOM_CHECK(!moes.empty(), ValueError, "bench_ep needs an MoE model (model_type qwen3_moe or deepseek_v3)");
   const int64_t E = lm.config().num_experts;
@@ -218,12 +219,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
                           [&](const optim::NamedParam& p) { return parallel->replica_factor(p.name); },
                           [&world](double v) { return world.all_reduce_scalar(v); });
     optimizer->step();
-    for (Tensor& counts : model->data_parallel_sums()) {
-      mesh->group("batch").all_reduce(counts);
-      mesh->group("cp").all_reduce(counts);
-      mesh->group("tp").all_reduce(counts);
-    }
-    model->after_optimizer_step();
+    hooks.after_optimizer_step();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     loss = out.loss.item();
     if (step >= warmup) times.push_back(s);
@@ -240,7 +236,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   Tensor all = Tensor::empty({static_cast<int64_t>(mine.size()) * ep}, DType::i64);
   ep_group.all_gather(Tensor::from_vector(mine, {static_cast<int64_t>(mine.size())}), all);
   const std::vector<int64_t> gathered = all.to_int_vector();
-  const dist::ExpertParallelOptions& expert = po.expert;
+  const dist::ExpertParallelOptions expert = runtime::expert_parallel_options(cfg.parallelism);
   const bool deredundant = expert.dispatcher == dist::TokenDispatcher::alltoall_deredundancy;
   // Nodes of npu_nums_per_device ep ranks (the whole group when it is smaller: one node).
   const int node_size = std::min(ep, std::max(expert.ranks_per_node, 1));
@@ -302,7 +298,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   if (rt.rank() == 0) {
     Json r = {{"config", command_line.config_path},
               {"model_type", args.model_type},
-              {"cpu", train::cpu_model_name()},
+              {"cpu", runtime::cpu::cpu_model_name()},
               {"cpu_matrix_path", bench::cpu_matrix_path()},
               {"processes", rt.world_size()},
               {"threads_per_process", num_threads()},

@@ -16,7 +16,7 @@
 #include "loom/kernels/cpu/optimizer.h"
 #include "loom/optim/muon.h"
 #include "cpu_path.h"
-#include "loom/train/hardware.h"
+#include "loom/runtime/cpu/cpu_peak.h"
 
 using namespace loom;
 using namespace loom::optim;
@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
   const double same = find(reporter.gbps, "BM_StreamRead4Write3");
   const double adam = find(reporter.gbps, "BM_AdamWFusedF32");
   const double adam16 = find(reporter.gbps, "BM_AdamWFusedBf16Param");
-  std::printf("\ncpu: %s, fp32 path, threads: %d\n", train::cpu_model_name().c_str(), num_threads());
+  std::printf("\ncpu: %s, fp32 path, threads: %d\n", runtime::cpu::cpu_model_name().c_str(), num_threads());
   if (triad > 0 && adam > 0)
     std::printf("fused AdamW (fp32): %.2f GB/s = %.0f%% of stream triad (%.2f GB/s)\n", adam,
                 100.0 * adam / triad, triad);

@@ -8,7 +8,7 @@
 //   idle_s, predicted_idle_s  per pp rank: the median step's time not spent in its own forwards and
 //                             backwards (waiting for a neighbour, p2p, the step's bookkeeping),
 //                             and the idle time of replaying pipeline_order with this run's mean
-//                             forward and backward time of each chunk (train::replay_pipeline)
+//                             forward and backward time of each chunk (runtime::replay_pipeline)
 //   predicted_idle_with_costs_s  the same replay with measured costs: transfer_s (half a ping-pong
 //                             round trip of one activation between pp ranks 0 and 1, before
 //                             training), per rank action_overhead_s (the step's time outside its
@@ -49,10 +49,11 @@
 #include "loom/optim/grad_norm.h"
 #include "loom/optim/lr_scheduler.h"
 #include "loom/optim/optimizer_factory.h"
-#include "loom/train/causal_lm_model.h"
-#include "loom/train/distributed.h"
-#include "loom/train/pipeline_schedule.h"
-#include "loom/train/hardware.h"
+#include "loom/runtime/cpu/cpu_peak.h"
+#include "loom/runtime/model_runtime.h"
+#include "loom/runtime/parallel_options.h"
+#include "loom/runtime/pipeline_schedule.h"
+#include "loom/train/model_hooks.h"
 
 #include "bench_util.h"
 
@@ -77,16 +78,16 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   const int64_t B = cfg.training.local_batch_size, S = resolved.loader_options().config.seq_length;
   const int64_t m = layout.num_accumulation_steps;
 
-  // The trainer's build (Trainer::build_model) without recompute or swap.
-  auto mesh = std::make_shared<dist::DeviceMesh>(rt.world(), layout.dims);
+  // The run's build, as `loom train` makes it.
+  std::unique_ptr<runtime::Backend> backend = runtime::make_backend(resolved.device, rt.world());
+  runtime::ModelRuntime model_runtime(cfg, resolved, *backend);
+  model_runtime.initialize(static_cast<uint64_t>(cfg.training.seed));
+  dist::DeviceMesh* mesh = &model_runtime.mesh();
+  dist::ParallelModel* parallel = &model_runtime.parallel();
+  runtime::LanguageModel* model = &model_runtime.model();
   const models::ModelArgs& args = resolved.model_args();
-  std::unique_ptr<train::TrainModel> model = train::build_causal_lm(args);
-  dist::ParallelizeOptions po;
-  po.fsdp = train::fsdp_options(cfg.parallelism, layout.dims);
-  if (layout.pipeline) po.pipeline = train::pipeline_layout(*layout.pipeline);
-  auto parallel = dist::parallelize(model->module(), mesh, po);
-  parallel->materialize(static_cast<uint64_t>(cfg.training.seed));
-  model->set_backward_scale(train::micro_batch_backward_scale(*parallel, m));
+  train::ModelHooks hooks(args, model_runtime.causal_lm(), *parallel);
+  hooks.set_backward_scale(runtime::micro_batch_backward_scale(*parallel, m));
   dist::PipelineStage* stage = parallel->pipeline();
   const int p = stage ? stage->pp_size() : 1, v = stage ? stage->num_chunks() : 1;
 
@@ -95,21 +96,13 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   int64_t chunk_activation = 0;
   if (stage && stage->chunks().front().first && !parallel->fsdp() && mesh->size("tp") == 1) {
     const int64_t before = memory_stats().current_bytes;
-    train::ForwardResult r = model->forward_chunk(bench::random_tokens<data::Batch>(args.vocab_size, B, S, 999), stage->chunks().front(),
+    runtime::ForwardResult r = model->forward_chunk(bench::random_tokens<data::Batch>(args.vocab_size, B, S, 999), stage->chunks().front(),
                                                   Tensor(), {});
     chunk_activation = memory_stats().current_bytes - before;
   }
 
-  std::unique_ptr<train::Schedule> schedule;
-  train::PipelineSchedule* pipeline = nullptr;
-  if (stage) {
-    auto s = std::make_unique<train::PipelineSchedule>(*model, *parallel, m,
-                                                       train::pipeline_schedule_options(cfg.parallelism, *layout.pipeline));
-    pipeline = s.get();
-    schedule = std::move(s);
-  } else {
-    schedule = std::make_unique<train::PlainSchedule>(*model, *parallel, m);
-  }
+  runtime::Schedule* schedule = &model_runtime.schedule();
+  auto* pipeline = dynamic_cast<runtime::PipelineSchedule*>(schedule);
   optim::NamedParams params;
   for (auto& [name, local] : model->module().local_parameters()) params.push_back({name, local});
   auto scheduler = std::shared_ptr<optim::LrScheduler>(
@@ -150,9 +143,9 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     reset_peak_memory();
     if (parallel->fsdp()) parallel->fsdp()->reset_comm_stats();
     const auto t0 = std::chrono::steady_clock::now();
-    const train::StepResult r = schedule->run_step([&] {
+    const runtime::StepResult r = schedule->run([&] {
       return bench::random_tokens<data::Batch>(args.vocab_size, B, S, static_cast<uint64_t>((batch_index++) * shards + shard));
-    });
+    }, runtime::Mode::train);
     dist::ProcessGroup& world = mesh->world();
     optim::clip_grad_norm(optimizer->named_params(), cfg.training.max_norm,
                           [&](const optim::NamedParam& q) { return parallel->replica_factor(q.name); },
@@ -164,13 +157,13 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     times.push_back(s);
     if (parallel->fsdp()) reduce_bytes.push_back(static_cast<double>(parallel->fsdp()->grad_reduce_bytes()));
     if (pipeline) {
-      const train::PipelineStepTimes& t = pipeline->last_times();
+      const runtime::PipelineStepTimes& t = pipeline->last_times();
       double compute = 0, wait = 0;
       for (size_t i = 0; i < t.compute_s.size(); ++i) {
-        const train::PipelineAction& a = pipeline->order()[i];
+        const runtime::PipelineAction& a = pipeline->order()[i];
         compute += t.compute_s[i];
         wait += t.wait_s[i];
-        (a.kind == train::PipelineAction::Kind::forward ? forward_sum : backward_sum)[static_cast<size_t>(a.chunk)] +=
+        (a.kind == runtime::PipelineAction::Kind::forward ? forward_sum : backward_sum)[static_cast<size_t>(a.chunk)] +=
             t.compute_s[i];
       }
       idle.push_back(t.step_s - compute);
@@ -184,7 +177,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
       bool backward_ran = false;
       in_flight_peak = 0;
       for (size_t i = 0; i < t.live_bytes.size(); ++i) {
-        backward_ran |= pipeline->order()[i].kind == train::PipelineAction::Kind::backward;
+        backward_ran |= pipeline->order()[i].kind == runtime::PipelineAction::Kind::backward;
         in_flight_peak = std::max(in_flight_peak, t.live_bytes[i] - t.start_bytes - (backward_ran ? grads : 0));
       }
     }
@@ -222,7 +215,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     pp.all_gather(std::span<const double>(mine), std::span<double>(all));
     std::vector<std::vector<double>> fwd(static_cast<size_t>(p)), bwd(static_cast<size_t>(p));
     Json measured = Json::array(), forward_s = Json::array(), backward_s = Json::array();
-    train::PipelineReplayCosts costs;
+    runtime::PipelineReplayCosts costs;
     costs.transfer_s = transfer_s;
     costs.receives_posted_early = cfg.parallelism.pipeline_parallel_overlap_p2p;
     for (int r = 0; r < p; ++r) {
@@ -235,9 +228,9 @@ int run(int argc, char** argv, dist::Runtime& rt) {
       forward_s.push_back(fwd[static_cast<size_t>(r)]);
       backward_s.push_back(bwd[static_cast<size_t>(r)]);
     }
-    const train::PipelineScheduleOptions so = train::pipeline_schedule_options(cfg.parallelism, *layout.pipeline);
-    const train::PipelineReplay replay = train::replay_pipeline(p, v, m, fwd, bwd, so.kind, so.overlap_b_f);
-    const train::PipelineReplay costed = train::replay_pipeline(p, v, m, fwd, bwd, so.kind, so.overlap_b_f, costs);
+    const runtime::PipelineScheduleOptions so = runtime::pipeline_schedule_options(cfg.parallelism, *layout.pipeline);
+    const runtime::PipelineReplay replay = runtime::replay_pipeline(p, v, m, fwd, bwd, so.kind, so.overlap_b_f);
+    const runtime::PipelineReplay costed = runtime::replay_pipeline(p, v, m, fwd, bwd, so.kind, so.overlap_b_f, costs);
     const int64_t rounds = std::max<int64_t>(1, m / p), per_round = m / rounds;
     const int64_t bound = v == 1 ? std::min<int64_t>(p, m)
                                  : std::min<int64_t>((v - 1) * per_round + 2 * (p - 1) + 1, m * v);
@@ -261,7 +254,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
   if (rt.rank() == 0) {
     const double step_s = median(times);
     Json r = {{"config", command_line.config_path},
-              {"cpu", train::cpu_model_name()},
+              {"cpu", runtime::cpu::cpu_model_name()},
               {"cpu_matrix_path", bench::cpu_matrix_path()},
               {"processes", n},
               {"threads_per_process", num_threads()},

@@ -42,10 +42,10 @@
 #include "loom/optim/grad_norm.h"
 #include "loom/optim/lr_scheduler.h"
 #include "loom/optim/optimizer_factory.h"
-#include "loom/train/causal_lm_model.h"
-#include "loom/train/distributed.h"
-#include "loom/train/hardware.h"
-#include "loom/train/schedule.h"
+#include "loom/runtime/cpu/cpu_peak.h"
+#include "loom/runtime/model_runtime.h"
+#include "loom/runtime/schedule.h"
+#include "loom/train/model_hooks.h"
 #include "loom/plan/tp_volume.h"
 
 #include "bench_util.h"
@@ -132,26 +132,24 @@ int run(int argc, char** argv, dist::Runtime& rt) {
              "training.global_batch_size to local_batch_size × data parallel (", layout.samples_per_micro_step, ")");
   const int64_t B = cfg.training.local_batch_size, S = resolved.loader_options().config.seq_length;
 
-  // The trainer's build: mesh, model on the meta device, parallelize with the memory policy,
-  // each rank's pieces initialised, the optimizer over the local pieces.
-  auto mesh = std::make_shared<dist::DeviceMesh>(rt.world(), layout.dims);
+  // The run's build, as `loom train` makes it: the backend, the model runtime (mesh, model on the
+  // meta device, parallelize with the memory policy), each rank's pieces initialised, the
+  // optimizer over the local pieces.
+  std::unique_ptr<runtime::Backend> backend = runtime::make_backend(resolved.device, rt.world());
+  runtime::ModelRuntime model_runtime(cfg, resolved, *backend);
+  model_runtime.initialize(static_cast<uint64_t>(cfg.training.seed));
+  dist::DeviceMesh* mesh = &model_runtime.mesh();
+  dist::ParallelModel* parallel = &model_runtime.parallel();
+  runtime::LanguageModel* model = &model_runtime.model();
   const models::ModelArgs& args = resolved.model_args();
-  std::unique_ptr<train::TrainModel> model = train::build_causal_lm(args);
   const int t = mesh->size("tp");
-  std::set<int64_t> recomputed;
-  dist::ParallelizeOptions po;
-  po.fsdp = train::fsdp_options(cfg.parallelism, layout.dims);
-  po.memory_policy = [&](nn::Module& module) {
-    auto layers = model->layers();
-    memory::MemoryPlan plan = memory::plan_memory(layers, model->num_layers() + model->num_mtp_layers(),
-                                                  resolved.recompute, resolved.swap);
-    recomputed = layers_with_recomputed_gathers(plan, layers);
-    memory::apply_memory_plan(module, layers, plan, resolved.recompute);
-  };
-  auto parallel = dist::parallelize(model->module(), mesh, po);
-  parallel->materialize(static_cast<uint64_t>(cfg.training.seed));
-  model->set_backward_scale(train::micro_batch_backward_scale(*parallel, 1));
-  train::PlainSchedule schedule(*model, *parallel, 1);
+  const std::set<int64_t> recomputed = layers_with_recomputed_gathers(
+      memory::plan_memory(model->layers(), model->num_layers() + model->num_mtp_layers(), resolved.recompute,
+                          resolved.swap),
+      model->layers());
+  train::ModelHooks hooks(args, model_runtime.causal_lm(), *parallel);
+  hooks.set_backward_scale(runtime::micro_batch_backward_scale(*parallel, 1));
+  runtime::Schedule& schedule = model_runtime.schedule();
   optim::NamedParams params;
   for (auto& [name, local] : model->module().local_parameters()) params.push_back({name, local});
   auto scheduler = std::shared_ptr<optim::LrScheduler>(
@@ -178,20 +176,16 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     mesh->reset_stats();
     reset_peak_memory();
     const auto t0 = std::chrono::steady_clock::now();
-    const train::StepResult r = schedule.run_step([&] {
+    const runtime::StepResult r = schedule.run([&] {
       return bench::random_tokens<data::Batch>(args.vocab_size, B, S, static_cast<uint64_t>(step * shards + shard));
-    });
+    }, runtime::Mode::train);
     dist::ProcessGroup& world = mesh->world();
     const double norm = optim::clip_grad_norm(
         optimizer->named_params(), cfg.training.max_norm,
         [&](const optim::NamedParam& p) { return parallel->replica_factor(p.name); },
         [&world](double v) { return world.all_reduce_scalar(v); });
     optimizer->step();
-    for (Tensor& counts : model->data_parallel_sums()) {
-      mesh->group("batch").all_reduce(counts);
-      mesh->group("tp").all_reduce(counts);
-    }
-    model->after_optimizer_step();
+    hooks.after_optimizer_step();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const dist::CommStats all = mesh->total_stats();
     tp_bytes = mesh->group("tp").stats().bytes_sent;
@@ -215,7 +209,7 @@ int run(int argc, char** argv, dist::Runtime& rt) {
     print_sites(sites);
     Json r = {{"config", command_line.config_path},
               {"model_type", args.model_type},
-              {"cpu", train::cpu_model_name()},
+              {"cpu", runtime::cpu::cpu_model_name()},
               {"cpu_matrix_path", bench::cpu_matrix_path()},
               {"processes", rt.world_size()},
               {"threads_per_process", num_threads()},

@@ -4,17 +4,17 @@
 
 #include "command.h"
 #include "loom/config/check_config.h"
-#include "loom/kernels/cpu/cpu_isa.h"
+#include "loom/runtime/backend.h"
 #include "loom/train/builtin_callbacks.h"
 
 namespace {
 
 int check_config_command(const std::vector<std::string>& args) {
-  // The callbacks are built, and LOOM_MAX_CPU_ISA read, as `loom train` does, so their errors are
-  // reported here too.
+  // The callbacks and the backend are built as `loom train` builds them, so their errors (a bad
+  // callback entry, LOOM_MAX_CPU_ISA) are reported here too.
   return loom::config::run_check_config(args, std::cout, std::cerr, [](const loom::config::LoadedConfig& loaded) {
     (void)loom::train::make_configured_callbacks(loaded.config.callbacks);
-    (void)loom::kernels::cpu::matrix_dispatch();
+    (void)loom::runtime::make_backend(loaded.resolved ? loaded.resolved->device : loom::Device::cpu());
   });
 }
 

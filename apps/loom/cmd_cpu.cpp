@@ -8,8 +8,8 @@
 #include "command.h"
 #include "loom/core/error.h"
 #include "loom/core/parallel.h"
-#include "loom/kernels/cpu/cpu_isa.h"
-#include "loom/train/hardware.h"
+#include "loom/runtime/cpu/cpu_backend.h"
+#include "loom/runtime/cpu/cpu_peak.h"
 
 namespace {
 
@@ -19,12 +19,12 @@ int cpu_command(const std::vector<std::string>& args) {
     return 2;
   }
   try {
-    const std::string path = loom::kernels::cpu::describe_matrix_path();  // raises on a bad LOOM_MAX_CPU_ISA
-    std::cout << "cpu: " << loom::train::cpu_model_name() << "\ncpu matrix path: " << path << "\n";
+    const loom::runtime::CpuBackend cpu;  // raises on a bad LOOM_MAX_CPU_ISA
+    std::cout << "cpu: " << loom::runtime::cpu::cpu_model_name() << "\ncpu matrix path: " << cpu.matrix_path() << "\n";
     // The peaks `loom train` measures MFU against with its default threads, per compute dtype.
     for (loom::DType d : {loom::DType::f32, loom::DType::bf16})
       std::cout << "mfu peak (" << loom::dtype_name(d) << " compute): "
-                << loom::train::peak_flops(loom::num_threads(), d).description << "\n";
+                << cpu.peak_flops(d, loom::num_threads()).description << "\n";
   } catch (const loom::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

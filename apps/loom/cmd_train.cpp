@@ -1,6 +1,8 @@
-// loom train --config FILE [--set key=value ...] [--output DIR] [--threads N]
+// loom train --config FILE [--set key=value ...] [--output DIR] [--threads N] [--device D]
 // Under mpirun (or `loom launch`) every process runs this: rank and world size come from MPI,
 // rank 0 picks the run directory and writes the logs, and a rank that fails ends every rank.
+// The run is built in three layers: the backend (the device, its world of processes), the model
+// runtime (the parallel model on it) and the trainer (the loop around it).
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -14,16 +16,19 @@
 #include "loom/core/log.h"
 #include "loom/core/parallel.h"
 #include "loom/dist/runtime.h"
-#include "loom/train/causal_lm_model.h"
+#include "loom/runtime/backend.h"
+#include "loom/runtime/model_runtime.h"
 #include "loom/train/metrics.h"
 #include "loom/train/trainer.h"
 
 namespace {
 
 const char* kUsage =
-    "usage: loom train --config FILE [--set key=value ...] [--output DIR] [--threads N] [--rank-report[=STEP]]\n"
+    "usage: loom train --config FILE [--set key=value ...] [--output DIR] [--threads N] [--device D]\n"
+    "                  [--rank-report[=STEP]]\n"
     "  --config FILE    the training YAML (see docs/configuration.md)\n"
     "  --set k=v        override a field before validation, e.g. --set training.steps=20\n"
+    "  --device D       the device to compute on (context.device_target): cpu\n"
     "  --output DIR     run directory (config.yaml, train.log, metrics.jsonl, checkpoints);\n"
     "                   default runs/<config name>-<date>-<time>\n"
     "  --threads N      compute threads (default: LOOM_NUM_THREADS, else every core)\n"
@@ -65,6 +70,8 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
       overrides.push_back(value());
     } else if (a == "--output") {
       output = value();
+    } else if (a == "--device") {
+      overrides.push_back("context.device_target=" + value());
     } else if (a == "--rank-report") {
       rank_report_step = 0;
     } else if (a.rfind("--rank-report=", 0) == 0) {
@@ -136,13 +143,12 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
   }
   loom::log::info("run directory: ", run_dir, rt.world_size() > 1 ? " (" + std::to_string(rt.world_size()) + " processes)" : "");
 
+  std::unique_ptr<loom::runtime::Backend> backend = loom::runtime::make_backend(loaded.resolved->device, rt.world());
+  loom::runtime::ModelRuntime model(loaded.config, *loaded.resolved, *backend);
   loom::train::TrainerOptions options;
   options.run_dir = run_dir;
-  options.rank = rt.rank();
-  options.world_size = rt.world_size();
-  options.world = rt.world();
   options.rank_report_step = rank_report_step;
-  loom::train::Trainer trainer(std::move(loaded), loom::train::build_causal_lm, options);
+  loom::train::Trainer trainer(std::move(loaded), model, options);
   loom::train::TrainSummary s = trainer.train();
   char line[512];
   std::snprintf(line, sizeof(line),

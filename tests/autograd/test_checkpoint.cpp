@@ -121,3 +121,37 @@ TEST(Checkpoint, RecomputeIsVisibleToSideEffects) {
   EXPECT_EQ(forwards, 1);
   EXPECT_EQ(recomputes, 1);
 }
+
+// Training statistics are recorded by a training forward only: not when it is recomputed, not
+// under an EvaluationGuard (which also records no history), and again once the guard ends; a
+// plain NoGradGuard (weight init, tests) still records them.
+TEST(Checkpoint, EvaluationRecordsNoTrainingStatistics) {
+  EXPECT_TRUE(autograd::records_training_statistics());
+  {
+    autograd::NoGradGuard no_grad;
+    EXPECT_TRUE(autograd::records_training_statistics());
+  }
+  {
+    autograd::EvaluationGuard evaluating;
+    EXPECT_TRUE(autograd::is_evaluating());
+    EXPECT_FALSE(autograd::grad_enabled());
+    EXPECT_FALSE(autograd::records_training_statistics());
+    {
+      autograd::EvaluationGuard nested;
+      EXPECT_FALSE(autograd::records_training_statistics());
+    }
+    EXPECT_TRUE(autograd::is_evaluating());
+  }
+  EXPECT_FALSE(autograd::is_evaluating());
+  EXPECT_TRUE(autograd::grad_enabled());
+  bool during_recompute = true;
+  Tensor x = loom::testing::leaf({3}, 9);
+  Tensor y = autograd::checkpoint(
+      [&](const std::vector<Tensor>& in) {
+        if (autograd::is_recomputing()) during_recompute = autograd::records_training_statistics();
+        return std::vector<Tensor>{ops::mul(in[0], in[0])};
+      },
+      {x})[0];
+  autograd::backward(ops::sum(y));
+  EXPECT_FALSE(during_recompute);
+}

@@ -594,7 +594,7 @@ def context(args, work):
     compare("saved by cp2, resumed by cp4", got, ref, 1e-5, first=11)
 
 
-# Pipeline parallelism (dist/pipeline.h, train/pipeline_schedule.h): 4 layers so pp 2 and 4 split
+# Pipeline parallelism (dist/pipeline.h, runtime/pipeline_schedule.h): 4 layers so pp 2 and 4 split
 # them evenly and pp 3 takes an explicit list.
 LLAMA_PP = LLAMA.replace("num_hidden_layers: 3", "num_hidden_layers: 4")
 

@@ -217,11 +217,10 @@ std::map<std::string, Target> make_targets(const fs::path& work) {
   contents.model = {{"a.weight", Tensor::full({3, 4}, 0.5, DType::f32)}};
   contents.extra = {{"data", {{"consumed_samples", 6}}}};
   manager.save(contents);
-  const fs::path iteration = saves / train::iteration_dir_name(3);
-  t["common"] = {slurp(iteration / "common.json"), [manager = std::make_shared<train::CheckpointManager>(co, 0, 1, [] {}),
-                                                    iteration, saves](const std::string& in) {
+  const fs::path iteration = saves / runtime::iteration_dir_name(3);
+  t["common"] = {slurp(iteration / "common.json"), [iteration, saves](const std::string& in) {
                    write(iteration / "common.json", in);
-                   const auto loaded = manager->load_state(saves.string(), false);
+                   const auto loaded = runtime::read_checkpoint_state(saves.string(), false);
                    (void)loaded.global_step();
                    (void)loaded.consumed_samples();
                    (void)loaded.global_batch_size();

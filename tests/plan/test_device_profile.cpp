@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "loom/core/error.h"
-#include "loom/train/hardware.h"
+#include "loom/runtime/cpu/cpu_backend.h"
 #include "testing/temp_dir.h"
 
 namespace loom::plan {
@@ -26,8 +26,8 @@ TEST(DeviceProfile, CpuProfileComesFromThisMachine) {
   EXPECT_GT(cpu.flops_for(DType::f32), 0);
   EXPECT_GE(cpu.flops_for(DType::bf16), cpu.flops_for(DType::f32));
   // The peak the trainer's MFU uses for one core, not a second estimate.
-  EXPECT_EQ(cpu.flops_for(DType::f32), train::peak_flops(1, DType::f32).gflops * 1e9);
-  EXPECT_EQ(cpu.flops_for(DType::bf16), train::peak_flops(1, DType::bf16).gflops * 1e9);
+  EXPECT_EQ(cpu.flops_for(DType::f32), runtime::CpuBackend().peak_flops(DType::f32, 1).gflops * 1e9);
+  EXPECT_EQ(cpu.flops_for(DType::bf16), runtime::CpuBackend().peak_flops(DType::bf16, 1).gflops * 1e9);
 }
 
 TEST(DeviceProfile, FileProfileReadsEveryFieldAndNamesAMissingOne) {

@@ -48,13 +48,11 @@ TEST(Callbacks, UserCallbacksAreBuiltFromTheConfigAndCalled) {
   });
   lt::TempDir dir;
   auto data = lt::write_pattern_dataset(dir);
-  train::Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 3, 2, 2, "checkpoint:\n  enable_save: False\ncallbacks:\n  - type: CountingCallback\n")),
-                   train::build_causal_lm, lt::quiet_options(dir.file("run")));
+  train::Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 3, 2, 2, "checkpoint:\n  enable_save: False\ncallbacks:\n  - type: CountingCallback\n")), lt::quiet_options(dir.file("run")));
   t.train();
   EXPECT_EQ(steps, 3);
   try {
-    train::Trainer bad(lt::tiny_config(lt::tiny_config_yaml(data, 3, 2, 2, "callbacks:\n  - type: Nope\n")),
-                       train::build_causal_lm, lt::quiet_options(dir.file("bad")));
+    train::Trainer bad(lt::tiny_config(lt::tiny_config_yaml(data, 3, 2, 2, "callbacks:\n  - type: Nope\n")), lt::quiet_options(dir.file("bad")));
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("unknown callback type 'Nope'"), std::string::npos) << e.what();
@@ -68,7 +66,7 @@ TEST(Callbacks, MonitorWritesLocalLossAndSelectedParameterNorms) {
   const std::string monitor =
       "checkpoint:\n  enable_save: False\nmonitor:\n  train_state:\n    local_loss: True\n"
       "    local_norm: ['*final_layernorm*', 'output_layer.weight']\n";
-  train::Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 2, monitor)), train::build_causal_lm,
+  train::Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 2, monitor)),
                    lt::quiet_options(dir.file("run")));
   t.train();
   std::ifstream in(dir.file("run/metrics.jsonl"));
@@ -85,8 +83,7 @@ TEST(Callbacks, LoraConfigIsRejectedClearly) {
   lt::TempDir dir;
   auto data = lt::write_pattern_dataset(dir);
   try {
-    train::Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 2, "lora_config:\n  target_modules: '.*linear_q'\n")),
-                     train::build_causal_lm, lt::quiet_options(dir.file("run")));
+    train::Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 2, "lora_config:\n  target_modules: '.*linear_q'\n")), lt::quiet_options(dir.file("run")));
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("LoRA fine-tuning is not supported by Loom yet"), std::string::npos);
@@ -102,7 +99,7 @@ TEST(Callbacks, MoeMonitorWritesTokensPerExpertForTargetLayers) {
                                           "    save_tokens_per_expert_interval: 2\n    target_layers: [1]\n");
   // the tiny Llama becomes a Qwen3-MoE: 4 experts, 2 per token
   yaml.replace(yaml.find("model_type: llama"), 17, "model_type: qwen3_moe\n  num_experts: 4\n  num_experts_per_tok: 2\n  moe_intermediate_size: 16");
-  train::Trainer t(lt::tiny_config(yaml), train::build_causal_lm, lt::quiet_options(dir.file("run")));
+  train::Trainer t(lt::tiny_config(yaml), lt::quiet_options(dir.file("run")));
   t.train();
   std::ifstream in(dir.file("run/metrics.jsonl"));
   std::string line1, line2;

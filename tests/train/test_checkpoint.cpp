@@ -69,7 +69,7 @@ TEST(Checkpoint, LoadRoundTripsEveryTensorBitForBit) {
   o.save_path = dir.file("ckpt");
   CheckpointManager m(o, 0, 1);
   m.save(contents(7, 0.3f));
-  LoadedCheckpoint l = m.load(o.save_path, true);
+  runtime::LoadedCheckpoint l = m.load(o.save_path, true);
   EXPECT_EQ(l.global_step(), 7);
   EXPECT_EQ(l.consumed_samples(), 56);
   EXPECT_EQ(l.model.at("embedding.word_embeddings.weight").dtype(), DType::bf16);

@@ -13,8 +13,7 @@ namespace lt = loom::testing;
 
 namespace {
 std::vector<double> run_losses(const std::string& data, const std::string& dir, const std::string& extra) {
-  train::Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 3, 2, 2, "checkpoint:\n  enable_save: False\n" + extra)),
-                   train::build_causal_lm, lt::quiet_options(dir));
+  train::Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 3, 2, 2, "checkpoint:\n  enable_save: False\n" + extra)), lt::quiet_options(dir));
   t.train();
   std::vector<double> out;
   std::ifstream in(dir + "/metrics.jsonl");

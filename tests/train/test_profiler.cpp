@@ -19,7 +19,7 @@ TEST(Profiler, ChromeTraceWithStepModuleAndOpSpans) {
   const std::string prof = "checkpoint:\n  enable_save: False\nprofiler:\n  enable_profiling: True\n  start_step: 2\n"
                            "  end_step: 3\n  profiler_level: 2\n  profile_memory: True\n  output_path: '" +
                            dir.file("trace") + "'\n";
-  train::Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 4, 2, 2, prof)), train::build_causal_lm,
+  train::Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 4, 2, 2, prof)),
                    lt::quiet_options(dir.file("run")));
   t.train();
   const std::string path = dir.file("trace/trace_rank0.json");

@@ -33,7 +33,7 @@ TrainerOptions reporting(const std::string& run_dir, int64_t step) {
 TEST(RankReport, OneProcessHoldsItsParametersGradsAndAdamStateAndSendsNothing) {
   lt::TempDir dir;
   const std::string run = dir.file("run");
-  Trainer t(lt::tiny_config(lt::tiny_config_yaml(lt::write_pattern_dataset(dir), 3, 2, 4)), build_causal_lm,
+  Trainer t(lt::tiny_config(lt::tiny_config_yaml(lt::write_pattern_dataset(dir), 3, 2, 4)),
             reporting(run, 0));
   t.train();
   const nlohmann::json r = read_json(rank_report_path(run, 0));
@@ -59,13 +59,13 @@ TEST(RankReport, AChosenStepIsReportedAndOneTheRunNeverReachesIsNot) {
   lt::TempDir dir;
   const std::string data = lt::write_pattern_dataset(dir);
   const std::string yaml = lt::tiny_config_yaml(data, 3, 2, 4);
-  Trainer two(lt::tiny_config(yaml), build_causal_lm, reporting(dir.file("a"), 2));
+  Trainer two(lt::tiny_config(yaml), reporting(dir.file("a"), 2));
   two.train();
   EXPECT_EQ(read_json(rank_report_path(dir.file("a"), 0))["step"], 2);
-  Trainer beyond(lt::tiny_config(yaml), build_causal_lm, reporting(dir.file("b"), 4));
+  Trainer beyond(lt::tiny_config(yaml), reporting(dir.file("b"), 4));
   beyond.train();
   EXPECT_FALSE(std::filesystem::exists(rank_report_path(dir.file("b"), 0)));
-  Trainer off(lt::tiny_config(yaml), build_causal_lm, lt::quiet_options(dir.file("c")));
+  Trainer off(lt::tiny_config(yaml), lt::quiet_options(dir.file("c")));
   off.train();
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(dir.file("c")) / "rank_report"));
 }

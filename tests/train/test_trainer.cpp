@@ -11,7 +11,6 @@
 
 #include "loom/core/allocator.h"
 #include "loom/core/parallel.h"
-#include "loom/train/hardware.h"
 #include "trainer_fixture.h"
 
 using namespace loom;
@@ -40,7 +39,7 @@ std::map<std::string, std::vector<float>> params_of(Trainer& t) {
 TEST(Trainer, TinyLlamaLossFalls) {
   lt::TempDir dir;
   auto data = lt::write_pattern_dataset(dir);
-  Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 40, 4, 4)), build_causal_lm,
+  Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 40, 4, 4)),
             lt::quiet_options(dir.file("run")));
   TrainSummary s = t.train();
   EXPECT_EQ(s.last_step, 40);
@@ -57,9 +56,9 @@ TEST(Trainer, GradientAccumulationEqualsOneBigBatch) {
   lt::TempDir dir;
   auto data = lt::write_pattern_dataset(dir);
   const std::string no_save = "checkpoint:\n  enable_save: False\n";
-  Trainer accumulate(lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 8, no_save)), build_causal_lm,
+  Trainer accumulate(lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 8, no_save)),
                      lt::quiet_options(dir.file("acc")));
-  Trainer big(lt::tiny_config(lt::tiny_config_yaml(data, 2, 8, 8, no_save)), build_causal_lm,
+  Trainer big(lt::tiny_config(lt::tiny_config_yaml(data, 2, 8, 8, no_save)),
               lt::quiet_options(dir.file("big")));
   EXPECT_EQ(accumulate.state().num_accumulation_steps, 4);
   EXPECT_EQ(big.state().num_accumulation_steps, 1);
@@ -75,17 +74,15 @@ TEST(Trainer, ResumeContinuesBitForBit) {
   lt::TempDir dir;
   auto data = lt::write_pattern_dataset(dir);
   const std::string save = "checkpoint:\n  save_interleaved_steps: 3\n  save_path: '" + dir.file("ck") + "'\n";
-  Trainer straight(lt::tiny_config(lt::tiny_config_yaml(data, 6, 2, 4, "checkpoint:\n  enable_save: False\n")),
-                   build_causal_lm, lt::quiet_options(dir.file("straight")));
+  Trainer straight(lt::tiny_config(lt::tiny_config_yaml(data, 6, 2, 4, "checkpoint:\n  enable_save: False\n")), lt::quiet_options(dir.file("straight")));
   straight.train();
   {
-    Trainer first(lt::tiny_config(lt::tiny_config_yaml(data, 3, 2, 4, save)), build_causal_lm,
+    Trainer first(lt::tiny_config(lt::tiny_config_yaml(data, 3, 2, 4, save)),
                   lt::quiet_options(dir.file("first")));
     first.train();
   }
   Trainer resumed(lt::tiny_config(lt::tiny_config_yaml(data, 6, 2, 4, save),
-                                       {"checkpoint.load_path=" + dir.file("ck")}),
-                  build_causal_lm, lt::quiet_options(dir.file("second")));
+                                       {"checkpoint.load_path=" + dir.file("ck")}), lt::quiet_options(dir.file("second")));
   EXPECT_EQ(resumed.state().global_step, 3);
   EXPECT_EQ(resumed.state().consumed_samples, 12);
   resumed.train();
@@ -105,8 +102,7 @@ TEST(Trainer, DeterministicRunsAreIdentical) {
   lt::TempDir dir;
   auto data = lt::write_pattern_dataset(dir);
   for (const char* run : {"r1", "r2"}) {
-    Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 4, 2, 4, "checkpoint:\n  enable_save: False\n")),
-              build_causal_lm, lt::quiet_options(dir.file(run)));
+    Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 4, 2, 4, "checkpoint:\n  enable_save: False\n")), lt::quiet_options(dir.file(run)));
     t.train();
   }
   EXPECT_EQ(losses_of(dir.file("r1")), losses_of(dir.file("r2")));
@@ -115,7 +111,7 @@ TEST(Trainer, DeterministicRunsAreIdentical) {
 TEST(Trainer, StopRequestSavesAndReturns) {
   lt::TempDir dir;
   auto data = lt::write_pattern_dataset(dir);
-  Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 50, 2, 2)), build_causal_lm,
+  Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 50, 2, 2)),
             lt::quiet_options(dir.file("run")));
   request_stop();  // as if Ctrl-C arrived during the first step
   TrainSummary s = t.train();
@@ -132,7 +128,7 @@ TEST(Trainer, HealthCheckSkipsAndThenStops) {
   const std::string health =
       "checkpoint:\n  enable_save: False\nmonitor:\n  health_checkpoint:\n    global_norm_skip_threshold: 1.e-6\n"
       "    global_norm_skip_time: 2\n";
-  Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 5, 2, 2, health)), build_causal_lm,
+  Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 5, 2, 2, health)),
             lt::quiet_options(dir.file("run")));
   auto before = params_of(t);
   try {
@@ -152,13 +148,13 @@ TEST(Trainer, OverflowingUpdateIsSkippedAndTheRunContinues) {
   auto data = lt::write_pattern_dataset(dir);
   const std::vector<std::string> warmup = {"lr_scheduler.warmup_steps=1", "lr_scheduler.warmup_lr_init=1.e+39"};
   const std::string no_save = "checkpoint:\n  enable_save: False\n";
-  Trainer one(lt::tiny_config(lt::tiny_config_yaml(data, 1, 2, 2, no_save), warmup), build_causal_lm,
+  Trainer one(lt::tiny_config(lt::tiny_config_yaml(data, 1, 2, 2, no_save), warmup),
               lt::quiet_options(dir.file("one")));
   const auto before = params_of(one);
   EXPECT_EQ(one.train().skipped_updates, 1);
   EXPECT_EQ(params_of(one), before);  // bit for bit: nothing of the update was written
 
-  Trainer four(lt::tiny_config(lt::tiny_config_yaml(data, 4, 2, 2, no_save), warmup), build_causal_lm,
+  Trainer four(lt::tiny_config(lt::tiny_config_yaml(data, 4, 2, 2, no_save), warmup),
                lt::quiet_options(dir.file("four")));
   const TrainSummary s = four.train();
   EXPECT_EQ(s.skipped_updates, 1);
@@ -179,8 +175,7 @@ TEST(Trainer, DataVocabularyLargerThanTheModelsIsNamed) {
   lt::TempDir dir;
   auto data = lt::write_pattern_dataset(dir);  // ids up to 63
   Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 2, "checkpoint:\n  enable_save: False\n"),
-                            {"model.vocab_size=32"}),
-            build_causal_lm, lt::quiet_options(dir.file("run")));
+                            {"model.vocab_size=32"}), lt::quiet_options(dir.file("run")));
   try {
     t.train();
     FAIL();
@@ -203,7 +198,7 @@ TEST(Trainer, MuonTrainsATinyDeepSeekV3WithTheModelsSplit) {
          "  num_experts_per_tok: 2\n  moe_intermediate_size: 16\n  first_k_dense_replace: 1\n  n_group: 1\n"
          "  topk_group: 1\n  max_position_embeddings: 64\n  params_dtype: float32\n  compute_dtype: float32\n";
   yaml.replace(yaml.find("type: AdamW"), 11, "type: Muon");
-  Trainer t(lt::tiny_config(yaml), build_causal_lm, lt::quiet_options(dir.file("run")));
+  Trainer t(lt::tiny_config(yaml), lt::quiet_options(dir.file("run")));
   ASSERT_EQ(t.optimizer().type(), "Muon");
   TrainSummary s = t.train();
   EXPECT_TRUE(std::isfinite(s.last_loss));
@@ -218,12 +213,12 @@ TEST(Trainer, RunsWhatTheConfigurationResolved) {
   const std::string extra = "checkpoint:\n  enable_save: False\nrecompute:\n  mode: full\n  full_recompute_layer: ['1']\n";
   config::LoadedConfig loaded = lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 8, extra));
   const config::ResolvedConfig again = config::resolve_config(loaded.config, 1);
-  Trainer t(std::move(loaded), build_causal_lm, lt::quiet_options(dir.file("run")));
+  Trainer t(std::move(loaded), lt::quiet_options(dir.file("run")));
   EXPECT_EQ(again.layout.num_accumulation_steps, 4);  // 8 // (1 x 2)
   EXPECT_EQ(t.state().num_accumulation_steps, again.layout.num_accumulation_steps);
   EXPECT_EQ(t.resolved().layout.samples_per_step, again.layout.samples_per_step);
   EXPECT_EQ(t.model().num_layers(), again.model_args().num_layers);
-  EXPECT_EQ(t.model().module().num_parameters(), build_causal_lm(again.model_args())->module().num_parameters());
+  EXPECT_EQ(t.model().module().num_parameters(), runtime::build_causal_lm(again.model_args())->module().num_parameters());
   EXPECT_EQ(t.resolved().recompute.full_layers, (std::set<int64_t>{1}));
   EXPECT_EQ(t.resolved().recompute.full_layers, again.recompute.full_layers);
   EXPECT_EQ(t.seq_length(), again.loader_options().config.seq_length);
@@ -238,10 +233,11 @@ TEST(Trainer, NeedsAResolutionForItsWorldSize) {
   auto data = lt::write_pattern_dataset(dir);
   config::LoadedConfig unresolved =
       config::load_config_text(lt::tiny_config_yaml(data, 2, 2, 2), "<test config>", config::LoadOptions{});
-  EXPECT_THROW(Trainer(std::move(unresolved), build_causal_lm, lt::quiet_options(dir.file("a"))), ValueError);
-  TrainerOptions two = lt::quiet_options(dir.file("b"));
-  two.world_size = 2;
-  EXPECT_THROW(Trainer(lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 2)), build_causal_lm, two), ValueError);
+  EXPECT_THROW(Trainer(std::move(unresolved), lt::quiet_options(dir.file("a"))), ValueError);
+  config::LoadOptions for_two;
+  for_two.world_size = 2;
+  config::LoadedConfig two = config::load_config_text(lt::tiny_config_yaml(data, 2, 2, 4), "<test config>", for_two);
+  EXPECT_THROW(Trainer(std::move(two), lt::quiet_options(dir.file("b"))), ValueError);
 }
 
 // The start-up memory estimate (config/memory_estimate.h) is a lower bound of what a step really
@@ -252,7 +248,7 @@ TEST(Trainer, MemoryEstimateIsALowerBoundOfTheMeasuredPeak) {
   config::LoadedConfig loaded = lt::tiny_config(lt::tiny_config_yaml(data, 2, 4, 4, "checkpoint:\n  enable_save: False\n"));
   ASSERT_TRUE(loaded.resolved->memory.has_value());
   const config::MemoryEstimate estimate = *loaded.resolved->memory;
-  Trainer t(std::move(loaded), build_causal_lm, lt::quiet_options(dir.file("run")));
+  Trainer t(std::move(loaded), lt::quiet_options(dir.file("run")));
   t.train();
   const int64_t peak = loom::memory_stats().peak_bytes;  // of the last step
   EXPECT_GE(peak, estimate.per_rank_bytes());
@@ -260,17 +256,16 @@ TEST(Trainer, MemoryEstimateIsALowerBoundOfTheMeasuredPeak) {
   EXPECT_LT(peak, 3 * estimate.per_rank_bytes()) << "estimate " << estimate.per_rank_bytes() << " peak " << peak;
 }
 
-// MFU divides by the peak of the unit the products run on (train/hardware.h), for fp32 and bf16
+// MFU divides by the peak of the unit the products run on (the backend's), for fp32 and bf16
 // compute alike, and every metrics.jsonl line names that peak.
 TEST(Trainer, MfuIsMeasuredAgainstThePeakOfTheComputeUnit) {
   for (const char* compute : {"float32", "bfloat16"}) {
     lt::TempDir dir;
     auto data = lt::write_pattern_dataset(dir);
     Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 2, "checkpoint:\n  enable_save: False\n"),
-                              {std::string("model.compute_dtype=") + compute}),
-              build_causal_lm, lt::quiet_options(dir.file("run")));
+                              {std::string("model.compute_dtype=") + compute}), lt::quiet_options(dir.file("run")));
     t.train();
-    const PeakFlops peak = peak_flops(num_threads(), t.resolved().model_args().compute_dtype);
+    const runtime::PeakFlops peak = t.runtime().backend().peak_flops(t.resolved().model_args().compute_dtype, num_threads());
     std::ifstream in(fs::path(dir.file("run")) / "metrics.jsonl");
     int lines = 0;
     for (std::string line; std::getline(in, line); ++lines) {
@@ -292,8 +287,7 @@ TEST(Trainer, Bf16ComputeFollowsTheFp32LossCurve) {
     lt::TempDir dir;
     auto data = lt::write_pattern_dataset(dir);
     Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 30, 4, 4, "checkpoint:\n  enable_save: False\n"),
-                              {std::string("model.compute_dtype=") + compute}),
-              build_causal_lm, lt::quiet_options(dir.file("run")));
+                              {std::string("model.compute_dtype=") + compute}), lt::quiet_options(dir.file("run")));
     t.train();
     curves[compute] = losses_of(dir.file("run"));
   }

@@ -7,7 +7,6 @@
 
 #include "loom/config/config.h"
 #include "loom/data/indexed_dataset_builder.h"
-#include "loom/train/causal_lm_model.h"
 #include "loom/train/trainer.h"
 #include "testing/temp_dir.h"
 

@@ -122,6 +122,16 @@ void ForwardHooks::recompute() {
 
 bool is_recomputing() { return t_recompute_depth > 0; }
 
+namespace {
+thread_local bool t_evaluating = false;
+}  // namespace
+
+EvaluationGuard::EvaluationGuard() : previous_(t_evaluating) { t_evaluating = true; }
+EvaluationGuard::~EvaluationGuard() { t_evaluating = previous_; }
+bool is_evaluating() { return t_evaluating; }
+
+bool records_training_statistics() { return !is_recomputing() && !t_evaluating; }
+
 std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs,
                                SavePolicy keep) {
   if (!grad_enabled()) return fn(inputs);  // nothing will be saved anyway

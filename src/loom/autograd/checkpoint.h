@@ -8,6 +8,7 @@
 #include <functional>
 #include <vector>
 
+#include "loom/autograd/grad_mode.h"
 #include "loom/core/tensor.h"
 
 namespace loom::autograd {
@@ -23,5 +24,25 @@ std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>
 // in forward (counters, running maxima, aux-loss bookkeeping) skip them when this is set, so a
 // recomputed layer does not count twice.
 bool is_recomputing();
+
+// A forward for evaluation or generation: no history (as NoGradGuard) and no side effects on
+// training state, which must leave the next training step exactly as it would have been.
+class EvaluationGuard {
+ public:
+  EvaluationGuard();
+  ~EvaluationGuard();
+  EvaluationGuard(const EvaluationGuard&) = delete;
+  EvaluationGuard& operator=(const EvaluationGuard&) = delete;
+
+ private:
+  NoGradGuard no_grad_;
+  bool previous_;
+};
+bool is_evaluating();
+
+// Whether this forward's side effects on training state (MoE routing counts and balance
+// statistics, QK-clip maxima) happen: neither when it is being recomputed (they were counted the
+// first time) nor under an EvaluationGuard.
+bool records_training_statistics();
 
 }  // namespace loom::autograd

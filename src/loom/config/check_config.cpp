@@ -6,7 +6,7 @@
 namespace loom::config {
 
 std::string check_config_usage() {
-  return "usage: loom check-config FILE [--world-size N] [--set key=value ...] [--quiet]\n"
+  return "usage: loom check-config FILE [--world-size N] [--set key=value ...] [--device D] [--quiet]\n"
          "\n"
          "Validates a training configuration and prints the effective configuration (every default\n"
          "filled in) and the parallel layout it gets on N ranks.\n"
@@ -14,6 +14,7 @@ std::string check_config_usage() {
          "  --world-size N     number of ranks (processes/devices) to check for (default 1)\n"
          "  --set key=value    override a value before validation, e.g. --set training.steps=20\n"
          "                     --set optimizer.betas=[0.9,0.99]; may be repeated\n"
+         "  --device D         the device to compute on, as `loom train --device` (context.device_target)\n"
          "  --quiet            only report problems\n"
          "\n"
          "exit status: 0 valid, 1 invalid, 2 unreadable file or bad arguments\n";
@@ -117,6 +118,10 @@ int run_check_config(const std::vector<std::string>& args, std::ostream& out, st
       std::string v;
       if (!value_of("--set", v)) return usage_error("--set needs key=value");
       options.overrides.push_back(v);
+    } else if (a == "--device" || a.rfind("--device=", 0) == 0) {
+      std::string v;
+      if (!value_of("--device", v)) return usage_error("--device needs a device name, e.g. cpu");
+      options.overrides.push_back("context.device_target=" + v);
     } else if (!a.empty() && a[0] == '-' && a != "-") {
       return usage_error("unknown option '" + a + "'");
     } else if (file.empty()) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "loom/config/diagnostics.h"
+#include "loom/core/device.h"
 #include "loom/config/layer_spec.h"
 #include "loom/config/parallel_layout.h"
 #include "loom/config/sections.h"
@@ -52,6 +53,9 @@ LoaderReading read_loader_options(const TrainConfig& config, Diagnostics& diag);
 // both (dataset_section.cpp).
 std::int64_t resolve_seq_length(const models::ModelArgs& model, const data::MegatronDataConfig& data,
                                 Diagnostics& diag);
+
+// context.device_target (or --device): the device the run computes on (device_target.cpp).
+Device read_device(const TrainConfig& config, Diagnostics& diag);
 
 // training, checkpoint, train_dataset's typed fields, monitor, profiler, callbacks, lora_config
 // and the top-level keys (section_checks.cpp).

@@ -11,7 +11,7 @@
 #include "loom/config/checks.h"
 #include "loom/core/allocator.h"
 #include "loom/core/error.h"
-#include "loom/kernels/cpu/cross_entropy.h"
+#include "loom/kernels/tiling.h"
 #include "loom/models/accounting.h"
 
 namespace loom::config {
@@ -143,7 +143,7 @@ MicroBatch micro_batch(const TrainConfig& c, const models::ModelArgs& a, const P
                          "seq_length");
   m.split = ceil_div(m.tokens, m.tp);
   m.cb = static_cast<std::int64_t>(dtype_size(a.compute_dtype));
-  m.logit_rows = kernels::cpu::linear_cross_entropy_chunk(m.tokens, per_tp(a.vocab_size, m.tp), 0);
+  m.logit_rows = kernels::linear_cross_entropy_chunk(m.tokens, per_tp(a.vocab_size, m.tp), 0);
   return m;
 }
 

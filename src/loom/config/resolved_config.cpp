@@ -68,6 +68,7 @@ std::optional<ResolvedConfig> resolve(const TrainConfig& c, std::optional<int> w
   models::ModelReading model = read_model_section(c, diag);
   LoaderReading loader = read_loader_options(c, diag);
   check_sections(c, diag);
+  const Device device = read_device(c, diag);
   const std::int64_t seq_length = resolve_seq_length(model.args, loader.options.config, diag);
   ParallelChecks parallel = check_parallelism(c, model.args, loader.options.config, seq_length, diag);
   check_optimizer(c, model.args, diag);
@@ -77,6 +78,7 @@ std::optional<ResolvedConfig> resolve(const TrainConfig& c, std::optional<int> w
   if (!layout || diag.has_errors()) return std::nullopt;
 
   ResolvedConfig r;
+  r.device = device;
   r.layout = std::move(*layout);
   r.recompute = std::move(memory.recompute);
   r.swap = std::move(memory.swap);

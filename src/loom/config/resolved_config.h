@@ -3,6 +3,7 @@
 // runs resolve_config) and the trainer uses it as it is; no layer resolves a section again.
 //
 // What is resolved, and where each rule is checked (once):
+//   device          device_target.cpp (context.device_target, --device)
 //   layout          parallel_checks.cpp (degrees, CP/SP/EP rules, pipeline stages) and
 //                   parallel_layout.cpp (world-size fit, batch sizes, accumulation)
 //   model           model_section.cpp, through models::read_model_args: ModelArgs is the model
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "loom/config/diagnostics.h"
+#include "loom/core/device.h"
 #include "loom/config/memory_estimate.h"
 #include "loom/config/parallel_layout.h"
 #include "loom/config/sections.h"
@@ -38,6 +40,7 @@
 namespace loom::config {
 
 struct ResolvedConfig {
+  Device device;  // context.device_target (device_target.cpp): what runtime::make_backend builds
   ParallelLayout layout;
   memory::RecomputeOptions recompute;
   memory::SwapOptions swap;

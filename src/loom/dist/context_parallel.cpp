@@ -445,6 +445,21 @@ void apply_context_parallel(nn::Module& model, DeviceMesh& mesh, const ContextPa
     return all_reduce(ops::scale(mean, (mine + ops::kLossMaskEpsilon) / (all + ops::kLossMaskEpsilon)), cp);
   });
 
+  // Logits: this rank's tokens' rows, every rank's gathered along the sequence, then put back in
+  // sequence order (rank r's rows are its split's indices, ascending).
+  lm->set_head_logits([inner = lm->head_logits_fn(), split, cp](const Tensor& hidden, const Tensor& weight,
+                                                                 const Tensor& doc_ends) {
+    const Tensor gathered = all_gather(inner(hidden, weight, doc_ends), cp, kSeqDim);
+    const int64_t B = gathered.size(0), S = gathered.size(kSeqDim);
+    const SequenceSplit::Layout layout = split.layout(B, S, doc_ends);
+    std::vector<std::vector<int64_t>> row_of(static_cast<size_t>(B), std::vector<int64_t>(static_cast<size_t>(S)));
+    for (size_t r = 0; r < layout.size(); ++r)
+      for (size_t b = 0; b < layout[r].size(); ++b)
+        for (size_t k = 0; k < layout[r][b].size(); ++k)
+          row_of[b][static_cast<size_t>(layout[r][b][k])] = static_cast<int64_t>(r * layout[r][b].size() + k);
+    return detail::gather_rows(gathered, row_of, S);
+  });
+
   // MoE balance statistics over the whole sequence (after tp's sum, when TP wrapped them first).
   for (nn::MoELayer* moe : lm->moe_layers())
     moe->router().add_operation_wrapper("reduce_statistics",

@@ -16,9 +16,13 @@ std::unique_ptr<ParallelModel> parallelize(nn::Module& model, std::shared_ptr<De
   parallel->built_on_meta_ = !model.is_materialized();
 
   if (dims.tp() > 1) apply_tensor_parallel(model, *mesh);
-  if (dims.cp() > 1) apply_context_parallel(model, *mesh, options.context);
+  if (dims.cp() > 1 && !options.place_parameters_only) apply_context_parallel(model, *mesh, options.context);
   const bool expert_parallel = dims.ep() > 1 && apply_expert_parallel(model, *mesh, options.expert) > 0;
   if (dims.pp() > 1) parallel->pipeline_ = apply_pipeline(model, *mesh, options.pipeline);
+  if (options.place_parameters_only) {
+    for (auto& [name, p] : model.named_parameters()) parallel->params_[name] = p;
+    return parallel;
+  }
 
   if (options.memory_policy) options.memory_policy(model);
 

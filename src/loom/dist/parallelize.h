@@ -44,6 +44,10 @@ struct ParallelizeOptions {
   // Installs recompute/swap on the model (memory::apply_memory_plan): after the model-splitting
   // strategies, before FSDP, so FSDP's gathers wrap the recomputed forwards.
   std::function<void(nn::Module&)> memory_policy;
+  // Apply only the strategies that decide which parameters a rank holds and their shapes (TP,
+  // EP, PP): what `loom plan` reads off a model built on meta over a planning mesh, without the
+  // collectives and buffers of the others.
+  bool place_parameters_only = false;
 };
 
 class ParallelModel {

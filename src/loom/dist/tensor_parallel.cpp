@@ -244,6 +244,11 @@ void apply_tensor_parallel(nn::Module& model, DeviceMesh& mesh) {
     return ops::linear_cross_entropy(all_gather(hidden, tp, kSeqDim), weight, labels, loss_mask, -100, 0,
                                      grads_in_forward, &head_rows);
   });
+  // Logits: the gathered sequence against this rank's vocabulary rows, then every rank's rows
+  // (contiguous blocks in rank order) gathered along the vocabulary.
+  lm->set_head_logits([tp = s.tp](const Tensor& hidden, const Tensor& weight, const Tensor&) {
+    return all_gather(ops::linear(all_gather(hidden, tp, kSeqDim), weight), tp, 2);
+  });
 
   auto layers = lm->decoder().layers();
   for (size_t i = 0; i < layers.size(); ++i) {

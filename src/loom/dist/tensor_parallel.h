@@ -24,7 +24,8 @@
 //                    Under expert parallelism the routed experts are left to it (expert_parallel.h)
 //   output head      vocabulary rows split; the final norm's output is gathered and the loss
 //                    runs on vocabulary-split logits (max and Σexp reduced over tp, chunked over
-//                    tokens, kernels::VocabShard): no rank holds a token's full logits
+//                    tokens, kernels::VocabShard): no rank holds a token's full logits. The
+//                    logits (evaluation, generation) are gathered whole on every rank instead
 //
 // GQA with fewer KV heads than ranks (t % G == 0, t > G): a deliberate extension over the
 // reference, which rejects it. Rank r keeps the KV head its query heads use, g = r / (t/G): the

@@ -81,6 +81,7 @@ CausalLM::CausalLM(const TransformerConfig& c) : Module("CausalLM"), config_(c) 
                   const Tensor&, bool grads_in_forward) {
     return ops::linear_cross_entropy(hidden, weight, labels, loss_mask, -100, 0, grads_in_forward);
   };
+  head_logits_ = [](const Tensor& hidden, const Tensor& weight, const Tensor&) { return ops::linear(hidden, weight); };
   rotary_ = make_rotary(c);
   embedding_ = register_module("embedding", std::make_shared<LanguageModelEmbedding>(c));
   decoder_ = register_module("decoder", std::make_shared<TransformerBlock>(c, rotary_));
@@ -142,8 +143,12 @@ Tensor CausalLM::main_hidden(const Tensor& input_ids, const Tensor& position_ids
 }
 
 Tensor CausalLM::logits(const Tensor& input_ids, const Tensor& position_ids, const Tensor& doc_ends) {
-  Tensor h = decoder_->final_layernorm().forward(main_hidden(input_ids, position_ids, doc_ends));
-  return ops::linear(h, head_weight(h.dtype()));
+  return head_logits(main_hidden(input_ids, position_ids, doc_ends), doc_ends);
+}
+
+Tensor CausalLM::head_logits(const Tensor& hidden, const Tensor& doc_ends) {
+  Tensor h = decoder_->final_layernorm().forward(hidden);
+  return head_logits_(h, head_weight(h.dtype()), doc_ends);
 }
 
 void CausalLM::keep_parts(const std::function<bool(int64_t layer)>& keep_layer, bool embedding, bool head) {

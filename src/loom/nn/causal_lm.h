@@ -78,6 +78,11 @@ class LanguageModelEmbedding : public Module {
 // grads_in_forward: ForwardOptions.
 using HeadLoss = std::function<Tensor(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
                                       const Tensor& loss_mask, const Tensor& doc_ends, bool grads_in_forward)>;
+// The logits of the main head: hidden [B, S, D] after the final norm, the head weight [V, D] in
+// hidden's dtype and the batch's doc_ends (as HeadLoss) → [B, S, V] in hidden's dtype, for every
+// position of the batch and the whole vocabulary. A strategy that splits the sequence or the
+// vocabulary over ranks installs one that gathers what the others hold.
+using HeadLogits = std::function<Tensor(const Tensor& hidden, const Tensor& weight, const Tensor& doc_ends)>;
 
 class CausalLM : public Module {
  public:
@@ -103,9 +108,12 @@ class CausalLM : public Module {
   bool has_head() const { return decoder_->has_final_layernorm(); }
   // Whether head() reads the embedding (tied output weight or MTP).
   bool head_uses_embedding() const { return config_.tie_word_embeddings || config_.mtp_num_layers > 0; }
-  // Full logits [B, S, V] of the main head (evaluation and tests; training uses forward()).
+  // Full logits [B, S, V] of the main head (evaluation, generation, tests; training uses
+  // forward()), whole on every rank of a layout that split the model (HeadLogits).
   Tensor logits(const Tensor& input_ids, const Tensor& position_ids = Tensor(),
                 const Tensor& doc_ends = Tensor());
+  // The same from the hidden states before final_layernorm (a pipeline's last stage).
+  Tensor head_logits(const Tensor& hidden, const Tensor& doc_ends = Tensor());
 
   LanguageModelEmbedding& embedding() { return *embedding_; }
   TransformerBlock& decoder() { return *decoder_; }
@@ -125,6 +133,9 @@ class CausalLM : public Module {
   void set_head_loss(HeadLoss loss) { head_loss_ = std::move(loss); }
   // The installed one, for a later strategy that wraps it (context parallelism over TP's).
   const HeadLoss& head_loss() const { return head_loss_; }
+  // Replaces the main head's logits (default: hidden · weightᵀ), as set_head_loss the loss.
+  void set_head_logits(HeadLogits logits) { head_logits_ = std::move(logits); }
+  const HeadLogits& head_logits_fn() const { return head_logits_; }
   // Aux-loss-free balancing step with this process's counts: every router that has an expert
   // bias updates it from its tokens_per_expert, then all counters reset. (Multi-process trainers
   // sum the counts across ranks and call TopKRouter::update_expert_bias themselves.)
@@ -137,6 +148,7 @@ class CausalLM : public Module {
   TransformerConfig config_;
   double aux_grad_scale_ = 1.0;
   HeadLoss head_loss_;
+  HeadLogits head_logits_;
   std::shared_ptr<RotaryEmbedding> rotary_;
   std::shared_ptr<LanguageModelEmbedding> embedding_;
   std::shared_ptr<TransformerBlock> decoder_;

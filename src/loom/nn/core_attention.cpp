@@ -9,7 +9,7 @@ namespace loom::nn {
 CoreAttention::CoreAttention(CoreAttentionOptions options) : Module("CoreAttention"), options_(options) {}
 
 void CoreAttention::fold_max_logits(const Tensor& step_max) {
-  if (!step_max.defined() || autograd::is_recomputing()) return;
+  if (!step_max.defined() || !autograd::records_training_statistics()) return;
   if (!max_logits_.defined()) {
     max_logits_ = step_max.clone();
     return;

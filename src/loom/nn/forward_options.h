@@ -12,6 +12,9 @@ struct ForwardOptions {
   // when no backward follows (evaluation), or when other forwards run before this one's
   // backward, so held grads of [vocab, hidden] per micro-batch in flight would add up.
   bool head_grads_in_forward = false;
+  // Return the main head's logits instead of the losses (a pipeline's last stage in evaluation
+  // and generation; the whole model has CausalLM::logits).
+  bool logits = false;
 };
 
 }  // namespace loom::nn

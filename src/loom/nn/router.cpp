@@ -159,7 +159,7 @@ Tensor TopKRouter::balance_loss(const Tensor& scores, const std::vector<int64_t>
     }
     total = total.defined() ? ops::add(total, term) : term;
   }
-  if (!autograd::is_recomputing()) {
+  if (autograd::records_training_statistics()) {
     for (int64_t e = 0; e < E; ++e) step_counts_[e] += counts[e];
     ++step_micro_batches_;
   }
@@ -200,7 +200,7 @@ Routing TopKRouter::route(const Tensor& x) {
     r.aux_loss = aux.detach();
   }
   r.weights = w;
-  if (!autograd::is_recomputing()) {
+  if (autograd::records_training_statistics()) {
     int64_t* counts = tokens_per_expert_.data<int64_t>();
     for (int64_t v : idx) ++counts[v];
   }

@@ -149,6 +149,7 @@ void Optimizer::set_global_step(int64_t step) {
 double Optimizer::step() { return step_with_lr(lr_at(global_step_)); }
 
 double Optimizer::step_with_lr(double lr) {
+  if (pre_step_) pre_step_(*this);
   global_step_ += 1;
   const std::string local = prepare_update(lr, global_step_);
   last_skip_ = agree_ ? agree_(local) : (local.empty() ? "" : "'" + local + "'");

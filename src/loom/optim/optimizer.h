@@ -69,6 +69,11 @@ class Optimizer {
   using FiniteAgreement = std::function<std::string(const std::string& local)>;
   void set_finite_agreement(FiniteAgreement agree) { agree_ = std::move(agree); }
 
+  // Runs at the start of every step(), before the update is computed: what the optimizer needs
+  // from outside for this update (the trainer hands QK-clip the step's gathered maxima).
+  using PreStepHook = std::function<void(Optimizer&)>;
+  void set_pre_step_hook(PreStepHook hook) { pre_step_ = std::move(hook); }
+
   // Without a scheduler the constant `learning_rate` of the optimizer options is used.
   void set_lr_scheduler(std::shared_ptr<const LrScheduler> scheduler);
   const std::shared_ptr<const LrScheduler>& lr_scheduler() const { return scheduler_; }
@@ -136,6 +141,7 @@ class Optimizer {
   double learning_rate_;
   int64_t global_step_ = 0;
   FiniteAgreement agree_;
+  PreStepHook pre_step_;
   std::string last_skip_;
   Tensor flat_masters_, flat_exp_avg_, flat_exp_avg_sq_, flat_momentum_;
 };

@@ -7,8 +7,7 @@
 
 #include "loom/config/memory_estimate.h"
 #include "loom/core/error.h"
-#include "loom/kernels/cpu/cpu_isa.h"
-#include "loom/train/hardware.h"
+#include "loom/runtime/cpu/cpu_backend.h"
 
 namespace loom::plan {
 
@@ -28,24 +27,26 @@ DeviceProfile hopper(const std::string& name, int64_t memory_bytes, double bandw
 }
 
 DeviceProfile cpu_profile() {
-  namespace k = kernels::cpu;
-  const k::MatrixDispatch& m = k::matrix_dispatch();
-  // One rank per core, each at the peak the trainer's MFU uses (train/hardware.h: the unit the
+  // One rank per core, each at the peak the trainer's MFU uses (the CPU backend's: the unit the
   // products run on, from the CPU's flags and clock), so a plan and a run share one peak.
-  const train::PeakFlops fp32 = train::peak_flops(1, DType::f32), bf16 = train::peak_flops(1, DType::bf16);
+  const runtime::CpuBackend cpu;
+  const runtime::PeakFlops fp32 = cpu.peak_flops(DType::f32, 1), bf16 = cpu.peak_flops(DType::bf16, 1);
   DeviceProfile d;
   d.name = "cpu";
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   d.devices_per_node = static_cast<int>(cores);
   // Each rank gets its share of the host.
-  const auto host = config::host_memory();
-  d.memory_bytes = host ? host->bytes / static_cast<int64_t>(cores) : int64_t{4} << 30;
+  const int64_t host = cpu.memory_bytes();
+  d.memory_bytes = host > 0 ? host / static_cast<int64_t>(cores) : int64_t{4} << 30;
   d.matrix_flops = {{"float32", fp32.gflops * 1e9}, {"bfloat16", bf16.gflops * 1e9},
-                    {"float16", train::peak_flops(1, DType::f16).gflops * 1e9}};
+                    {"float16", cpu.peak_flops(DType::f16, 1).gflops * 1e9}};
   d.memory_bandwidth = 20e9;
   d.intra_node_bandwidth = 20e9;
   d.inter_node_bandwidth = 1.25e9;
-  d.source = std::string("this CPU (") + k::matrix_path_name(m.path) + " matrix path, " + std::to_string(cores) +
+  std::string path;
+  for (const auto& [key, value] : cpu.run_fields())
+    if (key == "cpu_matrix_path") path = value;
+  d.source = "this CPU (" + path + " matrix path, " + std::to_string(cores) +
              " cores; per core " + fp32.description + " and " + bf16.description +
              "; memory and links are documented defaults)";
   return d;

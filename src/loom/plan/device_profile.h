@@ -4,11 +4,11 @@
 // a node, and the memory each has.
 //
 // Built-in profiles (`--device`):
-//   cpu    this machine, one rank per core: matrix peak = cores × 3.0 GHz (assumed clock) ×
-//          FLOP per cycle of the matrix path the kernels would pick (kernels/cpu/cpu_isa.h:
-//          fp32 AVX-512 2 FMA units × 16 lanes × 2 = 64, AVX2 32; bf16 on avx512_bf16 twice
-//          fp32, on AMX 16× fp32), divided per core; 20 GB/s memory and shared-memory links,
-//          1.25 GB/s between nodes (10 GbE). Rough by design: a CPU run is for checking, not speed.
+//   cpu    this machine, one rank per core: matrix peak per core = the CPU backend's peak for
+//          one thread (runtime/cpu/cpu_peak.h: the matrix path's FLOP per cycle × the clock, the
+//          peak a run's MFU divides by), memory the host's divided per core; 20 GB/s memory and
+//          shared-memory links, 1.25 GB/s between nodes (10 GbE). Rough by design: a CPU run is
+//          for checking, not speed.
 //   h100   NVIDIA H100 SXM5 datasheet: 989 TFLOP/s dense bf16/fp16, 67 TFLOP/s fp32 (no tensor
 //          cores), 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s bidirectional (450 GB/s each way),
 //          8 per node, one 400 Gb/s NIC each (50 GB/s)

@@ -7,14 +7,14 @@
 #include "loom/core/error.h"
 #include "loom/models/accounting.h"
 #include "loom/plan/traffic.h"
-#include "loom/train/pipeline_schedule.h"
+#include "loom/runtime/pipeline_order.h"
 
 namespace loom::plan {
 
 namespace {
 
 // Micro-batches (chunk-sized pieces under interleaving) pipeline rank p holds, counted off the
-// schedule the trainer runs (train/pipeline_schedule.h): at most (the chunks whose forward has run
+// schedule the trainer runs (runtime/pipeline_order.h): at most (the chunks whose forward has run
 // and whose backward has not), and at most when a backward starts after its chunk's first one
 // (from then on the chunk's units hold the full grads they accumulate over the step).
 struct InFlight {
@@ -28,12 +28,12 @@ InFlight in_flight(const config::ResolvedConfig& r, int p) {
   const int pp = r.layout.dims.pp();
   if (!pipe || pp <= 1) return {};
   const int v = pipe->interleave_num;
-  const auto kind = pipe->schedule == "gpipe" ? train::PipelineScheduleKind::gpipe : train::PipelineScheduleKind::one_f_one_b;
+  const auto kind = pipe->schedule == "gpipe" ? runtime::PipelineScheduleKind::gpipe : runtime::PipelineScheduleKind::one_f_one_b;
   InFlight f{0, 0, 1.0 / v};
   std::set<int> chunks_with_grads;
   int64_t live = 0;
-  for (const train::PipelineAction& a : train::pipeline_order(pp, p, v, r.layout.num_accumulation_steps, kind)) {
-    if (a.kind == train::PipelineAction::Kind::forward) {
+  for (const runtime::PipelineAction& a : runtime::pipeline_order(pp, p, v, r.layout.num_accumulation_steps, kind)) {
+    if (a.kind == runtime::PipelineAction::Kind::forward) {
       f.peak = std::max(f.peak, ++live);
       continue;
     }

@@ -6,7 +6,7 @@
 //                 themselves over a planning mesh; FSDP's rows counted as fsdp_unit.cpp lays them
 //   activations   config::micro_batch_activation_bytes (the start-up estimate's saved tensors,
 //                 each rounded to the allocator's size class) for the stage's layers, times the
-//                 micro-batches the schedule keeps in flight (counted off train::pipeline_order:
+//                 micro-batches the schedule keeps in flight (counted off runtime::pipeline_order:
 //                 1 without pipelining; chunks of 1/v of the stage under interleaving), plus the
 //                 backward's transient (config::backward_transient_bytes: a layer's grads, or on
 //                 the last stage the head's tensors) or under context parallelism the attention's

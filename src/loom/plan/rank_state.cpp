@@ -6,14 +6,11 @@
 #include <map>
 
 #include "loom/core/error.h"
-#include "loom/dist/expert_parallel.h"
 #include "loom/dist/fsdp.h"
-#include "loom/dist/pipeline.h"
-#include "loom/dist/tensor_parallel.h"
-#include "loom/models/registry.h"
 #include "loom/optim/muon.h"
 #include "loom/plan/planning_group.h"
-#include "loom/train/distributed.h"
+#include "loom/runtime/model_runtime.h"
+#include "loom/runtime/parallel_options.h"
 
 namespace loom::plan {
 
@@ -42,21 +39,15 @@ std::vector<HeldParameter> held_parameters(const config::TrainConfig& config, co
                                            int rank) {
   const models::ModelArgs& args = resolved.model_args();
   const dist::ParallelDims& dims = resolved.layout.dims;
-  std::shared_ptr<nn::CausalLM> model = models::build_model(args);
-  std::shared_ptr<dist::DeviceMesh> mesh = planning_mesh(dims, rank);
-  // The order of parallelize.cpp; context parallelism splits no parameter.
-  if (dims.tp() > 1) dist::apply_tensor_parallel(*model, *mesh);
-  if (dims.ep() > 1) dist::apply_expert_parallel(*model, *mesh, train::expert_parallel_options(config.parallelism));
-  if (dims.pp() > 1) {
-    LOOM_CHECK(resolved.layout.pipeline.has_value(), ConfigError,
-               "the planner needs the pipeline stages, but the configuration resolved none");
-    (void)dist::apply_pipeline(*model, *mesh, train::pipeline_layout(*resolved.layout.pipeline));
-  }
+  LOOM_CHECK(dims.pp() == 1 || resolved.layout.pipeline.has_value(), ConfigError,
+             "the planner needs the pipeline stages, but the configuration resolved none");
+  // The run's own model and strategies, applied as far as they place parameters.
+  auto runtime = runtime::ModelRuntime::for_planning(config, resolved, planning_mesh(dims, rank));
   std::optional<optim::MuonOptions> muon;
   if (is_muon(config)) muon = optim::MuonOptions::from_json(config.optimizer.section);
 
   std::vector<HeldParameter> out;
-  for (auto& [name, p] : model->named_parameters()) {
+  for (auto& [name, p] : runtime->module().named_parameters()) {
     HeldParameter h;
     h.name = name;
     h.local = p->local_shape();
@@ -76,7 +67,7 @@ bool fsdp_applied(const dist::ParallelDims& d, bool experts_on_ep) {
 }
 
 bool reshard_after_forward(const config::ParallelismConfig& parallelism, const dist::ParallelDims& dims) {
-  return dist::reshard_after_forward(train::fsdp_options(parallelism, dims));
+  return dist::reshard_after_forward(runtime::fsdp_options(parallelism, dims));
 }
 
 StateBytes state_bytes(const std::vector<HeldParameter>& params, const dist::ParallelDims& dims, int rank) {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "loom/core/error.h"
-#include "loom/kernels/cpu/cross_entropy.h"
+#include "loom/kernels/tiling.h"
 
 namespace loom::plan {
 
@@ -145,7 +145,7 @@ void embedding_head_loss_sites(Sites& s, const Ctx& x, bool embedding) {
   if (embedding) s.add(SiteKind::vocabulary, "embedding reduce-scatter [B,S,D]", x.move(D), x.move(D));
   if (!x.step.head) return;
   s.add(SiteKind::vocabulary, "head input all-gather [B,S/t,D]", x.move(D), x.move(D));
-  const int64_t chunk = kernels::cpu::linear_cross_entropy_chunk(N, x.c.vocab_size / x.t, 0);
+  const int64_t chunk = kernels::linear_cross_entropy_chunk(N, x.c.vocab_size / x.t, 0);
   int64_t bytes = 0;
   for (int64_t t0 = 0; t0 < N; t0 += chunk) {
     const int64_t rows = std::min(chunk, N - t0);

@@ -175,7 +175,7 @@ std::map<std::string, int64_t> bytes_sent_per_step(const config::TrainConfig& co
       longest = std::max(longest, joined);
     }
     add(out, "world", all_gather_bytes(longest, 4, d.world_size()));
-    // The MoE monitor's counts of every stage (train/distributed.cpp gather_over_stages): an int64
+    // The MoE monitor's counts of every stage (train/model_hooks.cpp gather_over_stages): an int64
     // max of the longest (layer, n, counts...) list, then every stage's list and its end mark.
     int64_t counts = 0;
     for (int p = 0; p < d.pp(); ++p) {

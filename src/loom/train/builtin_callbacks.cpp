@@ -40,7 +40,7 @@ class MonitorCallback : public Callback {
         else
           for (int64_t i : std::get<std::vector<int64_t>>(*moe.target_layers)) targets.insert(i);
       }
-      for (const auto& [layer, counts] : t.model().tokens_per_expert()) {
+      for (const auto& [layer, counts] : t.model_hooks().tokens_per_expert()) {
         if (!targets.empty() && !targets.count(layer)) continue;
         for (size_t e = 0; e < counts.size(); ++e)
           t.metrics_writer().add_scalar("tokens_per_expert/layer_" + std::to_string(layer) + "/expert_" + std::to_string(e),
@@ -88,7 +88,7 @@ class TokensPerExpertLogger : public Callback {
   std::string name() const override { return "TokensPerExpertLogger"; }
   void on_step_end(CallbackContext& ctx) override {
     if (ctx.metrics->step % interval_ != 0) return;
-    for (const auto& [layer, counts] : ctx.trainer->model().tokens_per_expert()) {
+    for (const auto& [layer, counts] : ctx.trainer->model_hooks().tokens_per_expert()) {
       std::string line = "tokens per expert, layer " + std::to_string(layer) + ":";
       for (int64_t c : counts) line += " " + std::to_string(c);
       log::info(line);

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "loom/core/log.h"
+#include "loom/dist/sharded_checkpoint.h"
 #include "loom/core/regular_file.h"
 #include "loom/core/parallel.h"
 #include "loom/core/trace.h"
@@ -23,14 +24,6 @@ namespace loom::train {
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr const char* kLatestFile = "latest_checkpointed_iteration.txt";
-
-std::string rank_suffix(int rank, int world) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%07d-%07d", rank, world);
-  return buf;
-}
 
 void fsync_path(const fs::path& p, bool directory) {
   int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
@@ -55,30 +48,6 @@ void write_text_atomic(const fs::path& path, const std::string& text) {
   fsync_path(path.parent_path(), true);
 }
 
-nlohmann::ordered_json read_json(const fs::path& path) {
-  require_regular_file(path.string(), "checkpoint file", "a checkpoint's metadata must be a regular file");
-  std::ifstream in(path);
-  LOOM_CHECK(in.good(), CheckpointError, "cannot read '", path.string(), "'");
-  try {
-    return nlohmann::ordered_json::parse(in);
-  } catch (const std::exception& e) {
-    LOOM_THROW(CheckpointError, "'", path.string(), "' is not valid JSON (", e.what(),
-               "); the checkpoint is damaged: load an earlier iteration");
-  }
-}
-
-bool is_hf_dir(const fs::path& dir) {
-  return fs::exists(dir / "model.safetensors") || fs::exists(dir / "model.safetensors.index.json");
-}
-
-bool is_iteration_dir(const fs::path& dir) {
-  if (fs::exists(dir / "common.json")) return true;
-  if (!fs::is_directory(dir)) return false;
-  for (auto& e : fs::directory_iterator(dir))
-    if (e.path().extension() == ".safetensors") return true;
-  return false;
-}
-
 // A copy of `t` made with every thread (the snapshot is on the training thread's critical path).
 Tensor snapshot(const Tensor& t) {
   Tensor src = t.contiguous();
@@ -92,54 +61,21 @@ Tensor snapshot(const Tensor& t) {
 
 }  // namespace
 
-std::string model_file_name(const std::optional<std::string>& prefix, int rank, int world) {
-  return (prefix ? *prefix + "-" : std::string()) + "model-" + rank_suffix(rank, world) + ".safetensors";
-}
-
-std::string optimizer_file_name(const std::optional<std::string>& prefix, int rank, int world) {
-  return (prefix ? *prefix + "-" : std::string()) + "opt-" + rank_suffix(rank, world) + ".safetensors";
-}
-
-std::string iteration_dir_name(int64_t iteration) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "iteration_%08lld", static_cast<long long>(iteration));
-  return buf;
-}
-
-int64_t LoadedCheckpoint::global_step() const { return common.value("global_step", int64_t{0}); }
-int64_t LoadedCheckpoint::consumed_samples() const {
-  // The reference: consumed_samples, else global_step * saved global batch size.
-  if (common.contains("consumed_samples") && !common["consumed_samples"].is_null())
-    return common["consumed_samples"].get<int64_t>();
-  return global_step() * global_batch_size();
-}
-int64_t LoadedCheckpoint::global_batch_size() const { return common.value("global_batch_size", int64_t{1}); }
-
-ResolvedLoadPath resolve_load_path(const std::string& load_path) {
-  const fs::path p(load_path);
-  LOOM_CHECK(fs::exists(p), CheckpointError, "checkpoint.load_path '", load_path,
-             "' does not exist: point it at a save directory, an iteration_XXXXXXXX folder or an HF model folder");
-  LOOM_CHECK(fs::is_directory(p), CheckpointError, "checkpoint.load_path '", load_path,
-             "' is a file; point it at the folder that contains it");
-  if (is_hf_dir(p)) return {p.string(), true};
-  if (fs::exists(p / kLatestFile)) {
-    require_regular_file((p / kLatestFile).string(), "checkpoint file", "it must be the text file a save wrote");
-    std::ifstream in(p / kLatestFile);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    char* end = nullptr;
-    long long it = std::strtoll(text.c_str(), &end, 10);
-    LOOM_CHECK(!text.empty() && end && (*end == '\0' || *end == '\n') && it >= 0, CheckpointError, "'",
-               (p / kLatestFile).string(), "' should hold an iteration number but holds '", text,
-               "'; fix it or point checkpoint.load_path at an iteration_XXXXXXXX folder");
-    fs::path dir = p / iteration_dir_name(it);
-    if (!fs::exists(dir) && fs::exists(dir.string() + ".replaced")) dir = dir.string() + ".replaced";
-    LOOM_CHECK(fs::exists(dir), CheckpointError, "'", (p / kLatestFile).string(), "' names iteration ", it,
-               " but '", dir.string(), "' does not exist; point checkpoint.load_path at an existing iteration folder");
-    return {dir.string(), false};
-  }
-  if (is_iteration_dir(p)) return {p.string(), false};
-  LOOM_THROW(CheckpointError, "checkpoint.load_path '", load_path, "' holds no checkpoint: expected ", kLatestFile,
-             ", an iteration folder with common.json and *.safetensors files, or an HF folder with model.safetensors");
+void shard_checkpoint_contents(CheckpointContents& c, nn::Module& module, dist::ProcessGroup& world,
+                               const std::optional<std::string>& prefix, bool remove_redundancy) {
+  auto entries = dist::checkpoint_entries(module, c.model, c.optimizer);
+  dist::ShardedSave s = dist::prepare_sharded_save(
+      world, entries,
+      [&prefix](bool optimizer, int rank, int world_size) {
+        return optimizer ? runtime::optimizer_file_name(prefix, rank, world_size)
+                         : runtime::model_file_name(prefix, rank, world_size);
+      },
+      remove_redundancy);
+  c.model = std::move(s.model);
+  c.optimizer = std::move(s.optimizer);
+  // The reference writes metadata.json for multi-card checkpoints only; one process holds whole
+  // tensors, which load_resharded reads without it.
+  if (world.size() > 1) c.metadata = std::move(s.metadata);
 }
 
 CheckpointManager::CheckpointManager(CheckpointOptions options, int rank, int world_size,
@@ -204,7 +140,7 @@ void CheckpointManager::save(CheckpointContents contents) {
 void CheckpointManager::write(const CheckpointContents& c) {
   LOOM_TRACE("io", "checkpoint write");
   const fs::path root(options_.save_path);
-  const fs::path final_dir = root / iteration_dir_name(c.iteration);
+  const fs::path final_dir = root / runtime::iteration_dir_name(c.iteration);
   const fs::path partial = final_dir.string() + ".partial";
   if (rank_ == 0) {
     std::error_code ec;
@@ -214,10 +150,10 @@ void CheckpointManager::write(const CheckpointContents& c) {
     fs::create_directories(partial);
   }
   if (barrier_) barrier_();
-  models::write_safetensors((partial / model_file_name(options_.prefix, rank_, world_)).string(), c.model,
+  models::write_safetensors((partial / runtime::model_file_name(options_.prefix, rank_, world_)).string(), c.model,
                             {{"format", "loom"}, {"iteration", std::to_string(c.iteration)}});
   if (!options_.no_save_optim)
-    models::write_safetensors((partial / optimizer_file_name(options_.prefix, rank_, world_)).string(), c.optimizer,
+    models::write_safetensors((partial / runtime::optimizer_file_name(options_.prefix, rank_, world_)).string(), c.optimizer,
                               {{"format", "loom"}, {"iteration", std::to_string(c.iteration)}});
   if (barrier_) barrier_();
   if (rank_ == 0) {
@@ -240,7 +176,7 @@ void CheckpointManager::write(const CheckpointContents& c) {
     }
     fs::rename(partial, final_dir);
     fsync_path(root, true);
-    write_text_atomic(root / kLatestFile, std::to_string(c.iteration));
+    write_text_atomic(root / runtime::kLatestIterationFile, std::to_string(c.iteration));
     fs::remove_all(replaced);
   }
   if (barrier_) barrier_();
@@ -257,63 +193,16 @@ void CheckpointManager::rotate(int64_t just_saved) {
     saved_this_run_.erase(saved_this_run_.begin());
     if (rank_ == 0 && oldest != just_saved) {
       std::error_code ec;
-      fs::remove_all(fs::path(options_.save_path) / iteration_dir_name(oldest), ec);
+      fs::remove_all(fs::path(options_.save_path) / runtime::iteration_dir_name(oldest), ec);
     }
   }
 }
 
-LoadedCheckpoint CheckpointManager::load_state(const std::string& load_path, bool load_optimizer) const {
-  ResolvedLoadPath where = resolve_load_path(load_path);
-  LoadedCheckpoint out;
-  out.dir = where.dir;
-  out.is_hf = where.is_hf;
-  if (where.is_hf) return out;
-  const fs::path dir(where.dir);
-  if (fs::exists(dir / "common.json")) {
-    out.common = read_json(dir / "common.json");
-    // The counters a resume reads must be what a save writes: a damaged file is named, not cast.
-    LOOM_CHECK(out.common.is_object(), CheckpointError, "'", (dir / "common.json").string(),
-               "' must hold a JSON object; the file is damaged");
-    for (const char* key : {"global_step", "consumed_samples", "global_batch_size", "epoch_num", "step_num"})
-      if (auto it = out.common.find(key); it != out.common.end() && !it->is_null())
-        LOOM_CHECK(it->is_number_integer() && it->get<int64_t>() >= 0, CheckpointError, "'",
-                   (dir / "common.json").string(), "': ", key, " must be a non-negative integer, got ", it->dump(),
-                   "; the file is damaged");
-    if (out.common.contains("global_batch_size") && !out.common["global_batch_size"].is_null())
-      LOOM_CHECK(out.common["global_batch_size"].get<int64_t>() >= 1, CheckpointError, "'",
-                 (dir / "common.json").string(), "': global_batch_size must be >= 1; the file is damaged");
-    if (out.common.contains("loom")) out.extra = out.common["loom"];
-  } else {
-    log::warn("checkpoint '", dir.string(), "' has no common.json: step, consumed samples and data position start at 0");
-  }
-  if (fs::exists(dir / "metadata.json")) {
-    // Every file the metadata names must exist (the reference's check).
-    nlohmann::ordered_json meta = read_json(dir / "metadata.json");
-    if (meta.contains("storage_data"))
-      for (auto& [k, v] : meta["storage_data"].items())
-        for (auto& f : v)
-          if (f.contains("file_name"))
-            LOOM_CHECK(fs::exists(dir / f["file_name"].get<std::string>()), CheckpointError, "checkpoint '", dir.string(),
-                       "' is incomplete: metadata.json names '", f["file_name"].get<std::string>(), "' which is missing");
-  }
-  if (load_optimizer) {
-    bool has_optimizer_file = false;
-    for (auto& e : fs::directory_iterator(dir)) {
-      const std::string name = e.path().filename().string();
-      has_optimizer_file = has_optimizer_file || (name.find("opt-") != std::string::npos && e.path().extension() == ".safetensors");
-    }
-    LOOM_CHECK(has_optimizer_file, CheckpointError, "checkpoint '", dir.string(), "' has no optimizer state (no "
-               "*-opt-*.safetensors file); it was saved with no_save_optim. Set checkpoint.no_load_optim: True to load "
-               "only the weights");
-  }
-  return out;
-}
-
-LoadedCheckpoint CheckpointManager::load(
+runtime::LoadedCheckpoint CheckpointManager::load(
     const std::string& load_path, bool load_optimizer,
     const std::function<std::map<std::string, Tensor>(const std::string&)>& load_hf) const {
-  ResolvedLoadPath where = resolve_load_path(load_path);
-  LoadedCheckpoint out;
+  runtime::ResolvedLoadPath where = runtime::resolve_load_path(load_path);
+  runtime::LoadedCheckpoint out;
   out.dir = where.dir;
   out.is_hf = where.is_hf;
   if (where.is_hf) {
@@ -326,17 +215,17 @@ LoadedCheckpoint CheckpointManager::load(
   }
   const fs::path dir(where.dir);
   {
-    LoadedCheckpoint state = load_state(where.dir);
+    runtime::LoadedCheckpoint state = runtime::read_checkpoint_state(where.dir);
     out.common = std::move(state.common);
     out.extra = std::move(state.extra);
   }
   // The files of this rank; a checkpoint saved at another world size needs resharding (the
   // distributed layer does that from metadata.json).
   std::optional<std::string> prefix = options_.prefix;
-  fs::path model_file = dir / model_file_name(prefix, rank_, world_);
+  fs::path model_file = dir / runtime::model_file_name(prefix, rank_, world_);
   if (!fs::exists(model_file)) {
     // Accept any prefix: find "*-model-<rank>-<world>.safetensors".
-    const std::string suffix = "model-" + rank_suffix(rank_, world_) + ".safetensors";
+    const std::string suffix = "model-" + runtime::rank_suffix(rank_, world_) + ".safetensors";
     for (auto& e : fs::directory_iterator(dir)) {
       const std::string name = e.path().filename().string();
       if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
@@ -352,7 +241,7 @@ LoadedCheckpoint CheckpointManager::load(
              "'); was it saved with a different number of processes or a different checkpoint.prefix?");
   out.model = models::read_safetensors(model_file.string(), nullptr, /*copy=*/true);
   if (load_optimizer) {
-    const fs::path opt_file = dir / optimizer_file_name(prefix, rank_, world_);
+    const fs::path opt_file = dir / runtime::optimizer_file_name(prefix, rank_, world_);
     LOOM_CHECK(fs::exists(opt_file), CheckpointError, "checkpoint '", dir.string(), "' has no optimizer state ('",
                opt_file.filename().string(), "'); it was saved with no_save_optim. Set checkpoint.no_load_optim: True "
                "to load only the weights");

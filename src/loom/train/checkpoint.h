@@ -31,6 +31,9 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/core/tensor.h"
+#include "loom/dist/process_group.h"
+#include "loom/nn/module.h"
+#include "loom/runtime/checkpoint_reader.h"
 
 namespace loom::train {
 
@@ -65,30 +68,10 @@ struct CheckpointContents {
   nlohmann::ordered_json model_config;
 };
 
-struct LoadedCheckpoint {
-  std::string dir;   // iteration folder or HF folder
-  bool is_hf = false;
-  nlohmann::ordered_json common = nlohmann::ordered_json::object();
-  std::map<std::string, Tensor> model;
-  std::map<std::string, Tensor> optimizer;  // empty when not loaded
-  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-  int64_t global_step() const;
-  int64_t consumed_samples() const;
-  int64_t global_batch_size() const;
-};
-
-// File names of one rank's files ("checkpoint-model-0000000-0000001.safetensors").
-std::string model_file_name(const std::optional<std::string>& prefix, int rank, int world);
-std::string optimizer_file_name(const std::optional<std::string>& prefix, int rank, int world);
-std::string iteration_dir_name(int64_t iteration);
-
-// What a load_path points at: an iteration folder, a save folder (resolved through "latest"),
-// or an HF folder (model.safetensors or model.safetensors.index.json). CheckpointError otherwise.
-struct ResolvedLoadPath {
-  std::string dir;
-  bool is_hf = false;
-};
-ResolvedLoadPath resolve_load_path(const std::string& load_path);
+// Sharded checkpoint contents of this rank: what its files hold (its pieces of every tensor,
+// placed by the parameters' placements) and, on rank 0 of a multi-process run, metadata.json.
+void shard_checkpoint_contents(CheckpointContents& contents, nn::Module& module, dist::ProcessGroup& world,
+                               const std::optional<std::string>& prefix, bool remove_redundancy);
 
 class CheckpointManager {
  public:
@@ -113,12 +96,8 @@ class CheckpointManager {
 
   // Reads the checkpoint at load_path (this rank's files). HF folders are read by `load_hf`
   // (given by the caller, which knows the model's naming) and need load_optimizer == false.
-  LoadedCheckpoint load(const std::string& load_path, bool load_optimizer,
+  runtime::LoadedCheckpoint load(const std::string& load_path, bool load_optimizer,
                         const std::function<std::map<std::string, Tensor>(const std::string&)>& load_hf = {}) const;
-  // The folder, common.json and its "loom" extras only (the tensors are read by the caller, e.g.
-  // resharded by dist::load_resharded); checks that every file metadata.json names exists and,
-  // with `load_optimizer`, that the checkpoint holds optimizer state at all.
-  LoadedCheckpoint load_state(const std::string& load_path, bool load_optimizer = false) const;
 
  private:
   void write(const CheckpointContents& c);

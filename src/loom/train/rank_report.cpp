@@ -79,7 +79,7 @@ class RankReportCallback : public Callback {
 
   void on_train_end(CallbackContext& ctx) override {
     Trainer& t = *ctx.trainer;
-    if (written_ || t.options().rank != 0) return;
+    if (written_ || t.rank() != 0) return;
     log::warn("--rank-report: no report was written, step ", step_ > 0 ? step_ : t.config().training.steps,
               " was not trained in this run (it ended at step ", t.state().global_step,
               "); pass a step this run reaches");

@@ -16,17 +16,15 @@
 #include "loom/core/rng.h"
 #include "loom/core/trace.h"
 #include "loom/dist/sharded_checkpoint.h"
-#include "loom/kernels/cpu/cpu_isa.h"
 #include "loom/ops/weight_cast.h"
 #include "loom/optim/grad_norm.h"
 #include "loom/optim/lr_scheduler.h"
 #include "loom/optim/optimizer_factory.h"
 #include "loom/optim/placement_muon_sharding.h"
+#include "loom/runtime/checkpoint_reader.h"
+#include "loom/runtime/schedule.h"
 #include "loom/train/builtin_callbacks.h"
-#include "loom/train/distributed.h"
 #include "loom/train/finite_state.h"
-#include "loom/train/hardware.h"
-#include "loom/train/pipeline_schedule.h"
 
 namespace loom::train {
 
@@ -55,13 +53,25 @@ void clear_stop_request() { g_stop.store(false); }
 
 // ---- Construction ----------------------------------------------------------------------------
 
-Trainer::Trainer(config::LoadedConfig loaded, const ModelFactory& model_factory, TrainerOptions options)
-    : config_(std::move(loaded.config)), model_factory_(model_factory), options_(std::move(options)) {
+Trainer::Trainer(config::LoadedConfig loaded, TrainerOptions options)
+    : config_(std::move(loaded.config)), options_(std::move(options)) {
+  LOOM_CHECK(loaded.resolved.has_value() && loaded.resolved->layout.world_size == 1, ValueError,
+             "Trainer: the one-process constructor needs a configuration resolved for one rank "
+             "(LoadOptions::world_size = 1)");
+  owned_backend_ = runtime::make_backend(loaded.resolved->device);
+  owned_runtime_ = std::make_unique<runtime::ModelRuntime>(config_, *loaded.resolved, *owned_backend_);
+  runtime_ = owned_runtime_.get();
+  resolved_ = std::move(*loaded.resolved);
+  resolved_.require_runnable();
+  build();
+}
+
+Trainer::Trainer(config::LoadedConfig loaded, runtime::ModelRuntime& runtime, TrainerOptions options)
+    : config_(std::move(loaded.config)), runtime_(&runtime), options_(std::move(options)) {
   LOOM_CHECK(loaded.resolved.has_value(), ValueError, "Trainer: the configuration was loaded without a world size; "
-             "load it with LoadOptions::world_size = ", options_.world_size);
-  LOOM_CHECK(loaded.resolved->layout.world_size == options_.world_size, ValueError, "Trainer: the configuration was "
-             "resolved for ", loaded.resolved->layout.world_size, " ranks but TrainerOptions::world_size is ",
-             options_.world_size);
+             "load it with LoadOptions::world_size = ", world_size());
+  LOOM_CHECK(loaded.resolved->layout.world_size == world_size(), ValueError, "Trainer: the configuration was "
+             "resolved for ", loaded.resolved->layout.world_size, " ranks but the runtime's world has ", world_size());
   resolved_ = std::move(*loaded.resolved);
   resolved_.require_runnable();
   build();
@@ -78,22 +88,22 @@ Trainer::~Trainer() {
 }
 
 void Trainer::build() {
-  kernels::cpu::matrix_dispatch();  // a bad LOOM_MAX_CPU_ISA stops the run here, before any work
   prepare_run_directory();
   // Before anything is allocated: a bad callback entry stops the run as check-config reports it.
   configured_callbacks_ = make_configured_callbacks(config_.callbacks);
   apply_thread_env();
   // MFU's denominator: the peak of the unit the step's products run on, derived once.
-  peak_ = peak_flops(num_threads(), resolved_.model_args().compute_dtype);
+  peak_ = runtime_->backend().peak_flops(resolved_.model_args().compute_dtype, num_threads());
   manual_seed(static_cast<uint64_t>(config_.training.seed));
+  // Gradient accumulation, resolved with the configuration (check-config's too).
+  state_.num_accumulation_steps = runtime_->micro_batches();
+  // Async saves barrier on their own communicator, off the training thread.
+  std::vector<int> everyone(static_cast<size_t>(world_size()));
+  for (int r = 0; r < world_size(); ++r) everyone[static_cast<size_t>(r)] = r;
+  checkpoint_group_ = std::shared_ptr<dist::ProcessGroup>(runtime_->backend().world().split("checkpoint", everyone));
 
-  // Parallel layout and gradient accumulation, resolved with the configuration (check-config's too).
-  const config::ParallelLayout& layout = resolved_.layout;
-  state_.num_accumulation_steps = layout.num_accumulation_steps;
-
-  build_mesh(layout);
   build_model();
-  build_data(layout);
+  build_data();
   build_optimizer();
   build_checkpointing();
   build_monitoring();
@@ -104,16 +114,16 @@ void Trainer::build() {
              ", at or beyond training.steps = ", config_.training.steps, ": there is nothing left to train and "
              "nothing was written; raise training.steps to train further");
   checkpoints_->prepare_async(checkpoint_contents());
-  log::info("model: ", model_->module().num_parameters(), " parameters", parallel_->pipeline() ? " on this pipeline stage" : "", ", ", model_->num_layers(), " layers; ",
+  log::info("model: ", model().module().num_parameters(), " parameters", parallel_model().pipeline() ? " on this pipeline stage" : "", ", ", model().num_layers(), " layers; ",
             state_.num_accumulation_steps, " micro-batch", state_.num_accumulation_steps > 1 ? "es" : "",
             " of ", config_.training.local_batch_size, " × ", seq_length_, " tokens per step");
-  log::info("MFU peak", options_.world_size == 1 ? "" : " per process (MFU uses it × the process count)", ": ",
+  log::info("MFU peak", world_size() == 1 ? "" : " per process (MFU uses it × the process count)", ": ",
             peak_.description);
-  log::info("CPU matrix path: ", kernels::cpu::describe_matrix_path());
+  log::info(runtime_->backend().description());
 }
 
 void Trainer::prepare_run_directory() {
-  if (options_.run_dir.empty() || options_.rank != 0) return;
+  if (options_.run_dir.empty() || rank() != 0) return;
   std::error_code ec;
   fs::create_directories(options_.run_dir, ec);
   LOOM_CHECK(!ec, IOError, "cannot create the run directory '", options_.run_dir, "': ", ec.message(),
@@ -124,59 +134,17 @@ void Trainer::prepare_run_directory() {
               "(nothing is overwritten); pass a new --output to keep runs apart");
 }
 
-void Trainer::build_mesh(const config::ParallelLayout& layout) {
-  // One process is a mesh of size one: the same groups, each of one rank.
-  std::shared_ptr<dist::ProcessGroup> world = options_.world;
-  if (!world) {
-    LOOM_CHECK(options_.world_size == 1, DistError, "TrainerOptions: world_size is ", options_.world_size,
-               " but no world process group was given");
-    world = std::shared_ptr<dist::ProcessGroup>(dist::make_single_rank_group("world"));
-  }
-  LOOM_CHECK(world->size() == options_.world_size, DistError, "TrainerOptions: world_size is ", options_.world_size,
-             " but the world process group has ", world->size(), " ranks");
-  mesh_ = std::make_shared<dist::DeviceMesh>(world, layout.dims);
-  std::vector<int> everyone(static_cast<size_t>(world->size()));
-  for (int r = 0; r < world->size(); ++r) everyone[static_cast<size_t>(r)] = r;
-  checkpoint_group_ = std::shared_ptr<dist::ProcessGroup>(world->split("checkpoint", everyone));
-}
-
 void Trainer::build_model() {
-  // Built on the meta device, parallelized (strategies in the documented order, the memory policy
-  // among them), then each rank initialises its own pieces with the one-process values.
-  model_ = model_factory_(resolved_.model_args());
-  LOOM_CHECK(model_ != nullptr, ConfigError, "model: no model was built");
-  const int64_t total_layers = model_->num_layers() + model_->num_mtp_layers();
-  dist::ParallelizeOptions po;
-  po.fsdp = fsdp_options(config_.parallelism, mesh_->dims());
-  po.fsdp.compute_dtype = dist::mixed_precision_compute_dtype(resolved_.model_args().compute_dtype);
-  po.expert = expert_parallel_options(config_.parallelism);
-  po.context.load_balanced = config_.parallelism.context_parallel_load_balance;
-  po.context.async = config_.parallelism.context_parallel_async;
-  if (config_.parallelism.context_parallel_method == "ulysses") po.context.method = dist::ContextParallelMethod::ulysses;
-  if (config_.parallelism.context_parallel_method == "hybrid") {
-    po.context.method = dist::ContextParallelMethod::hybrid;
-    po.context.ulysses_degree = config_.parallelism.ulysses_degree_in_cp.value_or(1);
-  }
-  po.memory_policy = [this, total_layers](nn::Module& module) {
-    auto layers = model_->layers();
-    memory::MemoryPlan plan = memory::plan_memory(layers, total_layers, resolved_.recompute, resolved_.swap);
-    memory_state_ = memory::apply_memory_plan(module, layers, plan, resolved_.recompute);
-  };
-  if (resolved_.layout.pipeline) po.pipeline = pipeline_layout(*resolved_.layout.pipeline);
-  parallel_ = dist::parallelize(model_->module(), mesh_, po);
-  parallel_->materialize(static_cast<uint64_t>(config_.training.seed));
+  // Every rank initialises its own pieces with the one-process values (a resume overwrites them).
+  runtime_->initialize(static_cast<uint64_t>(config_.training.seed));
+  hooks_ = std::make_unique<ModelHooks>(runtime_->model_args(), runtime_->causal_lm(), parallel_model());
   // Injected losses (MoE balance, MTP) get the backward factor of the main loss.
-  model_->set_backward_scale(micro_batch_backward_scale(*parallel_, state_.num_accumulation_steps));
-  if (parallel_->pipeline())
-    schedule_ = std::make_unique<PipelineSchedule>(*model_, *parallel_, state_.num_accumulation_steps,
-                                                   pipeline_schedule_options(config_.parallelism, *resolved_.layout.pipeline));
-  else
-    schedule_ = std::make_unique<PlainSchedule>(*model_, *parallel_, state_.num_accumulation_steps);
+  hooks_->set_backward_scale(runtime::micro_batch_backward_scale(parallel_model(), state_.num_accumulation_steps));
 }
 
-void Trainer::build_data(const config::ParallelLayout& layout) {
-  const auto& dims = layout.dims;
-  data::ShardInfo shard = data::data_parallel_shard(options_.rank, options_.world_size, dims.tp(), dims.cp(), dims.pp());
+void Trainer::build_data() {
+  const dist::ParallelDims& dims = resolved_.layout.dims;
+  data::ShardInfo shard = data::data_parallel_shard(rank(), world_size(), dims.tp(), dims.cp(), dims.pp());
   loader_ = data::build_data_loader(resolved_.loader_options(), config_.training.local_batch_size, shard);
   seq_length_ = loader_->sample_options().sequence_length;
 }
@@ -186,19 +154,22 @@ void Trainer::build_optimizer() {
       optim::build_lr_scheduler(config_.lr_scheduler.section, config_.training.steps));
   // The optimizer steps on what each rank owns: its local pieces of the trainable parameters.
   optim::NamedParams params;
-  for (auto& [name, local] : model_->module().local_parameters()) params.push_back({name, local});
+  for (auto& [name, local] : model().module().local_parameters()) params.push_back({name, local});
   optim::OptimizerContext context;
-  context.model = model_->muon_info();
+  context.model = muon_model_info(runtime_->model_args());
   context.swap = config_.swap.enable;
-  context.model_no_decay = model_->no_weight_decay();
-  context.muon_sharding = optim::PlacementMuonSharding::of_module(model_->module(), mesh_);
+  context.muon_sharding = optim::PlacementMuonSharding::of_module(model().module(), runtime_->mesh_ptr());
   optimizer_ = optim::build_optimizer(config_.optimizer.section, params, context);
   optimizer_->set_lr_scheduler(scheduler_);
   // Every rank writes its update or none does: the shards of one step never diverge.
-  optimizer_->set_finite_agreement([this](const std::string& local) { return agreed_non_finite(local, mesh_->world()); });
+  optimizer_->set_finite_agreement([this](const std::string& local) { return agreed_non_finite(local, mesh().world()); });
+  // QK-clip takes the step's maxima as the layout gathered them, when an update is computed.
+  optimizer_->set_pre_step_hook([this](optim::Optimizer& o) {
+    if (o.uses_qk_clip()) o.set_qk_clip_inputs(hooks_->qk_clip_inputs());
+  });
   // cpu_offload: the sharded optimizer state joins the sharded params and grads in the host pool.
-  if (CachingAllocator* pool = parallel_->optimizer_state_pool()) optimizer_->relocate_state(*pool);
-  model_->set_track_max_logits(optimizer_->uses_qk_clip());
+  if (CachingAllocator* pool = parallel_model().optimizer_state_pool()) optimizer_->relocate_state(*pool);
+  hooks_->set_track_max_logits(optimizer_->uses_qk_clip());
 }
 
 void Trainer::build_checkpointing() {
@@ -215,17 +186,17 @@ void Trainer::build_checkpointing() {
   ck.no_load_optim = c.no_load_optim;
   ck.remove_redundancy = c.remove_redundancy;
   ck.load_balanced = c.load_balanced;
-  checkpoints_ = std::make_unique<CheckpointManager>(ck, options_.rank, options_.world_size,
+  checkpoints_ = std::make_unique<CheckpointManager>(ck, rank(), world_size(),
                                                      [g = checkpoint_group_] { g->barrier(); });
 }
 
 void Trainer::build_monitoring() {
-  const bool writes = options_.rank == 0;
+  const bool writes = rank() == 0;
   std::string tb_dir = config_.monitor.tensorboard.output_dir;
   metrics_ = std::make_unique<MetricsWriter>(
       writes && !options_.run_dir.empty() ? (fs::path(options_.run_dir) / "metrics.jsonl").string() : "",
       writes ? tb_dir : "", config_.monitor.tensorboard.log_interval);
-  metrics_->set_run_field("cpu_matrix_path", kernels::cpu::matrix_path_name(kernels::cpu::matrix_dispatch().path));
+  for (const auto& [key, value] : runtime_->backend().run_fields()) metrics_->set_run_field(key, value);
   metrics_->set_run_field("mfu_peak", peak_.description);
 
   ProfilerOptions po;
@@ -236,9 +207,9 @@ void Trainer::build_monitoring() {
   po.ranks = config_.profiler.profiler_rank;
   po.level = config_.profiler.profiler_level;
   po.profile_memory = config_.profiler.profile_memory;
-  profiler_ = std::make_unique<Profiler>(po, options_.rank,
+  profiler_ = std::make_unique<Profiler>(po, rank(),
                                          options_.run_dir.empty() ? std::string("profile") : (fs::path(options_.run_dir) / "profile").string());
-  profiler_->instrument(model_->module());
+  profiler_->instrument(model().module());
 
   callbacks_ = make_builtin_callbacks(*this);
   for (auto& cb : configured_callbacks_) callbacks_.push_back(std::move(cb));
@@ -249,18 +220,18 @@ void Trainer::build_monitoring() {
 
 void Trainer::resume(const std::string& load_path) {
   const bool load_optim = !config_.checkpoint.no_load_optim;
-  const ResolvedLoadPath where = resolve_load_path(load_path);
+  const runtime::ResolvedLoadPath where = runtime::resolve_load_path(load_path);
   if (where.is_hf) {
     LOOM_CHECK(!load_optim, ConfigError, "checkpoint.load_path '", load_path,
                "' is a Hugging Face model folder: it has weights but no optimizer state, so training cannot resume "
                "from it; set checkpoint.no_load_optim: True to start from these weights");
-    parallel_->load_full_state_dict(model_->load_hf(where.dir), where.dir);
+    runtime_->load_weights(where.dir);
     optimizer_->refresh_masters_from_params();
     log::info("initialised the model from Hugging Face weights in ", where.dir);
     return;
   }
   // Whatever layout saved it (one process included): each rank reads the pieces it holds now.
-  const LoadedCheckpoint ck = checkpoints_->load_state(load_path, load_optim);
+  const runtime::LoadedCheckpoint ck = runtime::read_checkpoint_state(load_path, load_optim);
   load_sharded(ck.dir, load_optim);
   require_finite_state("checkpoint " + ck.dir + " cannot be resumed:", "it holds a diverged state; resume from an "
                        "earlier iteration_* folder (set checkpoint.load_path to it)");
@@ -290,8 +261,9 @@ void Trainer::resume(const std::string& load_path) {
 
 void Trainer::load_sharded(const std::string& dir, bool load_optim) {
   // Fill this rank's live local tensors in place (parameters and optimizer state).
-  auto entries = dist::checkpoint_entries(model_->module(), model_->module().state_dict(), optimizer_->state_dict());
-  dist::load_resharded(dir, entries, load_optim, &mesh_->group("dp_replicate"), config_.checkpoint.load_balanced);
+  nn::Module& module = model().module();
+  auto entries = dist::checkpoint_entries(module, module.state_dict(), optimizer_->state_dict());
+  dist::load_resharded(dir, entries, load_optim, &mesh().group("dp_replicate"), config_.checkpoint.load_balanced);
   if (!load_optim) {
     optimizer_->refresh_masters_from_params();
     return;
@@ -303,12 +275,12 @@ void Trainer::load_sharded(const std::string& dir, bool load_optim) {
 }
 
 void Trainer::require_finite_state(const std::string& what, const std::string& fix) {
-  std::string local = first_non_finite(model_->module().local_parameters());
+  std::string local = first_non_finite(model().module().local_parameters());
   if (local.empty()) {
     local = first_non_finite(optimizer_->state_dict());
     if (!local.empty()) local = "optimizer state " + local;
   }
-  const std::string where = agreed_non_finite(local, mesh_->world());
+  const std::string where = agreed_non_finite(local, mesh().world());
   LOOM_CHECK(where.empty(), Error, what, " ", where, " holds inf or nan; ", fix);
 }
 
@@ -319,10 +291,10 @@ CheckpointContents Trainer::checkpoint_contents() {
   c.step_num = config_.training.steps;
   c.global_batch_size = config_.training.global_batch_size;
   c.consumed_samples = state_.consumed_samples;
-  c.model = model_->module().state_dict();
+  c.model = model().module().state_dict();
   c.model_config = config::model_section_json(config_.model);
   if (!config_.checkpoint.no_save_optim) c.optimizer = optimizer_->state_dict();
-  shard_checkpoint_contents(c, model_->module(), mesh_->world(), config_.checkpoint.prefix,
+  shard_checkpoint_contents(c, model().module(), mesh().world(), config_.checkpoint.prefix,
                             config_.checkpoint.remove_redundancy);
   const RngState rng = default_generator().state();
   c.extra = {{"data", loader_->state()},
@@ -350,9 +322,9 @@ void Trainer::fire(void (Callback::*event)(CallbackContext&), StepMetrics* metri
 int64_t Trainer::train_step(StepMetrics& m) {
   // Mixed precision: every micro-batch of the step multiplies by the same bf16 copies of the
   // weights, made at their first use and dropped before the optimizer writes the fp32 weights.
-  const StepResult r = [this] {
+  const runtime::StepResult r = [this] {
     ops::WeightCastScope weight_casts;
-    return schedule_->run_step([this] { return loader_->next(); });
+    return runtime_->schedule().run([this] { return loader_->next(); }, runtime::Mode::train);
   }();
   state_.epoch = r.epoch;
   double grad_norm;
@@ -363,12 +335,6 @@ int64_t Trainer::train_step(StepMetrics& m) {
   m.lr = optimizer_->lr_at(optimizer_->global_step());
   std::string skip = update_skip_reason(r.loss, grad_norm);
   if (skip.empty()) {
-    if (optimizer_->uses_qk_clip()) {
-      auto qk = model_->take_qk_clip_inputs();
-      gather_heads(mesh_->group("tp"), qk);
-      max_over_stage_replicas(*mesh_, qk);
-      optimizer_->set_qk_clip_inputs(std::move(qk));
-    }
     LOOM_TRACE("step", "optimizer");
     m.lr = optimizer_->step();  // writes nothing when any rank's update would overflow
     if (!optimizer_->last_skip().empty()) skip = "the update would make " + optimizer_->last_skip() + " inf or nan";
@@ -376,16 +342,7 @@ int64_t Trainer::train_step(StepMetrics& m) {
     optimizer_->set_global_step(optimizer_->global_step() + 1);  // the schedule still advances
   }
   count_skip(skip, r.loss, grad_norm);
-  // Routing counts of every rank that routed other tokens (other data, other sequence pieces):
-  // the same expert-bias update everywhere.
-  for (Tensor& t : model_->data_parallel_sums()) {
-    mesh_->group("batch").all_reduce(t);
-    mesh_->group("cp").all_reduce(t);
-    mesh_->group("tp").all_reduce(t);
-  }
-  model_->after_optimizer_step();
-  // The MoE monitor on rank 0 sees every stage's layers.
-  if (parallel_->pipeline()) model_->add_tokens_per_expert(gather_over_stages(mesh_->group("pp"), model_->tokens_per_expert()));
+  hooks_->after_optimizer_step();
   m.skipped = !skip.empty();
   m.skip_reason = skip;
   if (m.skipped) ++skipped_updates_;
@@ -396,8 +353,8 @@ int64_t Trainer::train_step(StepMetrics& m) {
 }
 
 double Trainer::clip_gradients() {
-  const dist::ParallelModel& parallel = *parallel_;
-  dist::ProcessGroup& world = mesh_->world();
+  const dist::ParallelModel& parallel = runtime_->parallel();
+  dist::ProcessGroup& world = mesh().world();
   return optim::clip_grad_norm(
       optimizer_->named_params(), config_.training.max_norm,
       [&parallel](const optim::NamedParam& p) { return parallel.replica_factor(p.name); },
@@ -446,7 +403,7 @@ TrainSummary Trainer::train() {
   const int64_t max_steps = config_.training.steps;
   const int64_t samples_per_step = state_.num_accumulation_steps * config_.training.local_batch_size *
                                    loader_->settings().shard.count;
-  const double flops_per_token = model_->flops_per_token(seq_length_);
+  const double flops_per_token = model().flops_per_token(seq_length_);
   fire(&Callback::on_begin);
   fire(&Callback::on_train_begin);
   double tokens_per_s_sum = 0, mfu_sum = 0;
@@ -470,8 +427,8 @@ TrainSummary Trainer::train() {
     m.consumed_samples = state_.consumed_samples;
     m.global_batch_size = samples_per_step;
     m.tokens_per_s = static_cast<double>(tokens) / m.step_time_s;
-    m.mfu = flops_per_token * m.tokens_per_s / (peak_.gflops * options_.world_size * 1e9);
-    m.tflops_per_device = flops_per_token * m.tokens_per_s / options_.world_size / 1e12;
+    m.mfu = flops_per_token * m.tokens_per_s / (peak_.gflops * world_size() * 1e9);
+    m.tflops_per_device = flops_per_token * m.tokens_per_s / world_size() / 1e12;
     const MemoryStats mem = memory_stats();
     m.mem_current_bytes = mem.current_bytes;
     m.mem_peak_bytes = mem.peak_bytes;

@@ -1,13 +1,15 @@
 // The training loop of the reference trainer (semantics.md §1.2), the same on one process and on
-// many: build everything from the configuration, then per step
+// many. It takes the model from a runtime::ModelRuntime (mesh, parallel model, schedule), builds
+// the rest of a run around it (data, optimizer, checkpoints, metrics, callbacks), then per step
 //
-//   schedule   A = num_accumulation_steps micro-batches of forward + backward (schedule.h)
+//   schedule   A = num_accumulation_steps micro-batches of forward + backward (runtime/schedule.h)
 //   grad norm  the global norm over every rank's local grads, and clipping (optim/grad_norm.h)
 //   update     the optimizer with lr = lr_schedule(global_step)
 //   book-keep  consumed_samples and global_step, metrics, callbacks, checkpoints
 //
-// The parallel layout is applied once, by dist::parallelize (one process is a mesh of size one),
-// so nothing here branches on it. Ctrl-C / SIGTERM end the current step, save, and return.
+// The parallel layout was applied once, by the runtime (one process is a mesh of size one), and
+// what a step needs from the layout beyond the schedule is the model hooks' (model_hooks.h), so
+// nothing here branches on it. Ctrl-C / SIGTERM end the current step, save, and return.
 #pragma once
 
 #include <cstdint>
@@ -18,31 +20,21 @@
 
 #include "loom/config/config.h"
 #include "loom/data/data_loader.h"
-#include "loom/config/parallel_layout.h"
 #include "loom/dist/device_mesh.h"
 #include "loom/dist/parallelize.h"
 #include "loom/optim/optimizer.h"
+#include "loom/runtime/backend.h"
+#include "loom/runtime/model_runtime.h"
 #include "loom/train/callbacks.h"
 #include "loom/train/checkpoint.h"
-#include "loom/train/hardware.h"
 #include "loom/train/metrics.h"
+#include "loom/train/model_hooks.h"
 #include "loom/train/profiler.h"
-#include "loom/train/schedule.h"
-#include "loom/train/train_model.h"
 
 namespace loom::train {
 
-// Builds the model the configuration resolved (on the meta device; the trainer applies memory
-// policies and materialises it).
-using ModelFactory = std::function<std::unique_ptr<TrainModel>(const models::ModelArgs&)>;
-
 struct TrainerOptions {
   std::string run_dir;   // where config, log, metrics and (by default) checkpoints go
-  int rank = 0;
-  int world_size = 1;
-  // The world's process group (dist::Runtime::world()); required when world_size > 1, a
-  // one-rank group is made when it is null on one process.
-  std::shared_ptr<dist::ProcessGroup> world;
   bool install_signal_handlers = true;
   bool quiet = false;    // no per-step log lines (tests)
   // Write what each rank held and sent during one step to <run_dir>/rank_report/rank-<r>.json
@@ -72,9 +64,13 @@ struct TrainSummary {
 
 class Trainer {
  public:
-  // `loaded` must be resolved for options.world_size ranks (LoadOptions::world_size): the trainer
-  // takes the layout, model, memory and loader options from it and resolves nothing again.
-  Trainer(config::LoadedConfig loaded, const ModelFactory& model_factory, TrainerOptions options);
+  // `loaded` must be resolved for the runtime's world (LoadOptions::world_size) and be what the
+  // runtime was built from: the trainer takes the loader and section options from it and
+  // resolves nothing again. It initialises the runtime's weights (or loads them, resuming).
+  Trainer(config::LoadedConfig loaded, runtime::ModelRuntime& runtime, TrainerOptions options);
+  // One process: the trainer builds the backend of the configuration's device and the runtime
+  // itself (tests, programs that embed Loom).
+  Trainer(config::LoadedConfig loaded, TrainerOptions options);
   ~Trainer();
 
   TrainSummary train();
@@ -83,26 +79,29 @@ class Trainer {
   const config::TrainConfig& config() const { return config_; }
   const config::ResolvedConfig& resolved() const { return resolved_; }
   TrainState& state() { return state_; }
-  TrainModel& model() { return *model_; }
+  runtime::ModelRuntime& runtime() { return *runtime_; }
+  runtime::LanguageModel& model() { return runtime_->model(); }
+  ModelHooks& model_hooks() { return *hooks_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
   data::DataLoader& data_loader() { return *loader_; }
   CheckpointManager& checkpoints() { return *checkpoints_; }
   MetricsWriter& metrics_writer() { return *metrics_; }
   const TrainerOptions& options() const { return options_; }
+  int rank() const { return runtime_->backend().rank(); }
+  int world_size() const { return runtime_->backend().world_size(); }
   int64_t seq_length() const { return seq_length_; }
   // Saves a checkpoint of the current state now (the checkpoint callback and Ctrl-C use it).
   void save_checkpoint();
   // The device mesh (size one on one process) and the parallelized model.
-  dist::DeviceMesh& mesh() { return *mesh_; }
-  dist::ParallelModel& parallel_model() { return *parallel_; }
+  dist::DeviceMesh& mesh() { return runtime_->mesh(); }
+  dist::ParallelModel& parallel_model() { return runtime_->parallel(); }
 
  private:
   // build() runs these in order; each reads what the ones before it made.
   void build();
   void prepare_run_directory();
-  void build_mesh(const config::ParallelLayout& layout);
   void build_model();
-  void build_data(const config::ParallelLayout& layout);
+  void build_data();
   void build_optimizer();
   void build_checkpointing();
   void build_monitoring();
@@ -127,11 +126,13 @@ class Trainer {
 
   config::TrainConfig config_;
   config::ResolvedConfig resolved_;
-  ModelFactory model_factory_;
+  std::unique_ptr<runtime::Backend> owned_backend_;        // the one-process constructor's
+  std::unique_ptr<runtime::ModelRuntime> owned_runtime_;
+  runtime::ModelRuntime* runtime_ = nullptr;
   TrainerOptions options_;
   TrainState state_;
   int64_t seq_length_ = 0;
-  std::unique_ptr<TrainModel> model_;
+  std::unique_ptr<ModelHooks> hooks_;
   std::unique_ptr<data::DataLoader> loader_;
   std::shared_ptr<optim::LrScheduler> scheduler_;
   std::unique_ptr<optim::Optimizer> optimizer_;
@@ -140,12 +141,8 @@ class Trainer {
   std::unique_ptr<Profiler> profiler_;
   std::vector<std::unique_ptr<Callback>> callbacks_;
   std::vector<std::unique_ptr<Callback>> configured_callbacks_;  // `callbacks:`, built first, run after the built-ins
-  std::shared_ptr<void> memory_state_;  // keeps swap machinery alive
-  std::shared_ptr<dist::DeviceMesh> mesh_;
-  std::unique_ptr<dist::ParallelModel> parallel_;
-  std::unique_ptr<Schedule> schedule_;
   std::shared_ptr<dist::ProcessGroup> checkpoint_group_;  // own communicator: async saves barrier off-thread
-  PeakFlops peak_;  // per process; MFU divides by it × world_size
+  runtime::PeakFlops peak_;  // per process; MFU divides by it × world_size
   int64_t skipped_updates_ = 0;
 };
 

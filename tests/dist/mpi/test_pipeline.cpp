@@ -1,11 +1,13 @@
-// Pipeline parallelism against one process (dist/pipeline.h, train/pipeline_schedule.h): each
+// Pipeline parallelism against one process (dist/pipeline.h, runtime/pipeline_schedule.h): each
 // rank holds only its stages' parameters, initialised to the one-process values under their
 // global names; one step of 1F1B or interleaved 1F1B over m micro-batches gives the one-process
 // loss (logged by every rank) and, on every parameter a rank holds, the one-process grad (the
 // tied or MTP-shared embedding summed over the first and last stage), and the grad norm summed
 // over the stages. Run at 2, 3 and 4 ranks: pp 2/3/4, uneven layer lists, v 2 and 3, pp × fsdp,
 // pp × tp, tied embeddings, DeepSeek-V3 with MTP, GPipe, backward/forward overlap (alone, with
-// overlap_p2p and v 2, at pp 2 × ep 2), and FSDP's one reduction per step.
+// overlap_p2p and v 2, at pp 2 × ep 2), bf16 compute (the cuts' grads in bf16, as on one process),
+// and FSDP's one reduction per step. The eval mode's
+// forward-only schedule gives the train mode's loss of the same micro-batches and no grads.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,9 +17,9 @@
 #include "loom/dist/parallelize.h"
 #include "loom/dist/runtime.h"
 #include "loom/optim/grad_norm.h"
-#include "loom/train/causal_lm_model.h"
-#include "loom/train/distributed.h"
-#include "loom/train/pipeline_schedule.h"
+#include "loom/runtime/causal_lm_model.h"
+#include "loom/runtime/pipeline_schedule.h"
+#include "loom/train/model_hooks.h"
 
 namespace loom::dist {
 namespace {
@@ -42,6 +44,12 @@ Json deepseek_v3(int64_t layers = 2) {
   return j;
 }
 
+// bf16 compute, fp32 weights: activations and their grads cross the stages in bf16.
+Json bf16(Json section) {
+  section["compute_dtype"] = "bfloat16";
+  return section;
+}
+
 data::Batch batch_of(const nn::LMBatch& b) {
   data::Batch out;
   out.input_ids = b.input_ids;
@@ -59,7 +67,7 @@ struct Layout {
   bool overlap_p2p = false;
   bool overlap_b_f = false;
   int ep = 1;
-  train::PipelineScheduleKind kind = train::PipelineScheduleKind::one_f_one_b;
+  runtime::PipelineScheduleKind kind = runtime::PipelineScheduleKind::one_f_one_b;
 };
 
 // One step of the pipeline schedule against one process running all data-parallel ranks'
@@ -77,17 +85,19 @@ void check_step(const Layout& l) {
 
   // One process: all dp · m micro-batches.
   models::BuiltModel plain = models::build_model(l.section);
-  train::CausalLMModel plain_model(plain.args, plain.model);
+  runtime::CausalLMModel plain_model(plain.args, plain.model);
   auto plain_parallel = parallelize(*plain.model, DeviceMesh::single(), {});
   plain_parallel->materialize(17);
-  plain_model.set_backward_scale(train::micro_batch_backward_scale(*plain_parallel, l.micro * dp));
+  train::ModelHooks plain_hooks(plain.args, *plain.model, *plain_parallel);
+  plain_hooks.set_backward_scale(runtime::micro_batch_backward_scale(*plain_parallel, l.micro * dp));
   int64_t next = 0;
-  train::PlainSchedule plain_schedule(plain_model, *plain_parallel, l.micro * dp);
-  const train::StepResult want =
-      plain_schedule.run_step([&] { return batch_of(testing::micro_batch(vocab, kBatch, kSeq, next++)); });
+  runtime::PlainSchedule plain_schedule(plain_model, *plain_parallel, l.micro * dp);
+  const runtime::StepResult want =
+      plain_schedule.run([&] { return batch_of(testing::micro_batch(vocab, kBatch, kSeq, next++)); },
+                         runtime::Mode::train);
 
   models::BuiltModel split = models::build_model(l.section);
-  train::CausalLMModel split_model(split.args, split.model);
+  runtime::CausalLMModel split_model(split.args, split.model);
   ParallelizeOptions options;
   options.fsdp.pipeline_parallel = true;  // reshard_after_forward_policy default: never under pp
   options.pipeline.pipeline_parallel = l.pp;
@@ -115,15 +125,16 @@ void check_step(const Layout& l) {
   EXPECT_EQ(split.model->has_head(), stage.holds_loss());
   EXPECT_LT(held, plain.model->num_parameters());
 
-  split_model.set_backward_scale(train::micro_batch_backward_scale(*parallel, l.micro));
-  train::PipelineSchedule schedule(split_model, *parallel, l.micro,
+  train::ModelHooks split_hooks(split.args, *split.model, *parallel);
+  split_hooks.set_backward_scale(runtime::micro_batch_backward_scale(*parallel, l.micro));
+  runtime::PipelineSchedule schedule(split_model, *parallel, l.micro,
                                    {l.overlap_p2p, l.kind, l.overlap_b_f});
   int64_t j = 0;
   FullyShardedModel* fsdp = mesh->size("fsdp") > 1 ? parallel->fsdp() : nullptr;
   if (fsdp) fsdp->reset_comm_stats();
   // Data-parallel rank d takes global micro-batch j·dp + d at micro step j, every stage the same.
-  const train::StepResult got =
-      schedule.run_step([&] { return batch_of(testing::micro_batch(vocab, kBatch, kSeq, (j++) * dp + d)); });
+  const runtime::StepResult got = schedule.run(
+      [&] { return batch_of(testing::micro_batch(vocab, kBatch, kSeq, (j++) * dp + d)); }, runtime::Mode::train);
   const int64_t reduce_bytes = fsdp ? fsdp->grad_reduce_bytes() : 0;
   EXPECT_EQ(got.micro_batches, l.micro);
   EXPECT_NEAR(got.loss, want.loss, 1e-6 * std::fabs(want.loss));
@@ -146,26 +157,43 @@ void check_step(const Layout& l) {
       [&](double v) { return mesh->world().all_reduce_scalar(v); });
   EXPECT_NEAR(got_norm, norm, 1e-6 * norm);
 
+  // Eval mode on the same micro-batches: the train mode's loss and extras, no grads formed and no
+  // routing counted (the MoE check below sees the training step's counts only).
+  const std::vector<std::pair<std::string, Tensor>> grads = [&] {
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (auto& [name, p] : split.model->named_parameters())
+      if (p->local().grad().defined()) out.emplace_back(name, p->local().grad().clone());
+    return out;
+  }();
+  int64_t e = 0;
+  const runtime::StepResult evaluated = schedule.run(
+      [&] { return batch_of(testing::micro_batch(vocab, kBatch, kSeq, (e++) * dp + d)); }, runtime::Mode::eval);
+  EXPECT_EQ(evaluated.micro_batches, l.micro);
+  EXPECT_NEAR(evaluated.loss, got.loss, 1e-6 * std::fabs(got.loss));
+  for (const auto& [k, v] : got.extras) EXPECT_NEAR(evaluated.extras.at(k), v, 1e-6 * std::fabs(v) + 1e-12) << k;
+  for (const auto& [name, before] : grads)
+    expect_close(split.model->find_parameter(name)->local().grad(), before, 0, name + " grad after eval");
+
   // The MoE monitor's routing counts: every stage's layers, under the one-process keys (one data
   // shard and no tp, so no other rank routed other tokens).
   if (dp == 1 && l.tp == 1) {
-    plain_model.after_optimizer_step();
-    split_model.after_optimizer_step();
-    split_model.add_tokens_per_expert(train::gather_over_stages(mesh->group("pp"), split_model.tokens_per_expert()));
-    EXPECT_EQ(split_model.tokens_per_expert(), plain_model.tokens_per_expert());
+    plain_hooks.after_optimizer_step();
+    split_hooks.after_optimizer_step();
+    EXPECT_EQ(split_hooks.tokens_per_expert(), plain_hooks.tokens_per_expert());
     if (l.section.at("model_type") == "deepseek_v3") {
       // Every layer but the first (dense) is MoE, and so is the MTP layer.
-      EXPECT_EQ(plain_model.tokens_per_expert().size(), l.section.at("num_hidden_layers").get<size_t>());
+      EXPECT_EQ(plain_hooks.tokens_per_expert().size(), l.section.at("num_hidden_layers").get<size_t>());
     }
   }
 
   // FSDP inside a stage reduces each unit once per step, at its chunk's last micro-batch: a step
   // of m micro-batches sends the reduction bytes of a step of one.
   if (fsdp) {
-    train::PipelineSchedule one_micro_batch(split_model, *parallel, 1, {l.overlap_p2p});
+    runtime::PipelineSchedule one_micro_batch(split_model, *parallel, 1, {l.overlap_p2p});
     fsdp->reset_comm_stats();
     int64_t k = 0;
-    one_micro_batch.run_step([&] { return batch_of(testing::micro_batch(vocab, kBatch, kSeq, (k++) * dp + d)); });
+    one_micro_batch.run([&] { return batch_of(testing::micro_batch(vocab, kBatch, kSeq, (k++) * dp + d)); },
+                        runtime::Mode::train);
     EXPECT_GT(reduce_bytes, 0);
     EXPECT_EQ(reduce_bytes, fsdp->grad_reduce_bytes()) << l.micro << " micro-batches against one";
   }
@@ -184,9 +212,11 @@ TEST(PipelineMpi, TwoStagesMatchOneProcess) {
   check_step({"pp2 overlap_p2p", llama(4, false), 2, 1, {{0, 1}, {2, 3}}, 4, true});
   check_step({"pp2 v2 overlap_p2p", llama(4, false), 2, 1, {{0, 0}, {1, 1}, {2, 2}, {3, 3}}, 4, true});
   check_step({"pp2 gpipe", llama(4, true), 2, 1, {{0, 1}, {2, 3}}, 4, false, false, 1,
-              train::PipelineScheduleKind::gpipe});
+              runtime::PipelineScheduleKind::gpipe});
   // Backward/forward overlap: two layers per chunk, so each chunk runs layer by layer.
   check_step({"pp2 deepseek-v3 overlap_b_f", deepseek_v3(4), 2, 1, {{0, 1}, {2, 3}}, 4, false, true});
+  check_step({"pp2 bf16", bf16(llama(4, false)), 2, 1, {{0, 1}, {2, 3}}, 4});
+  check_step({"pp2 bf16 deepseek-v3 overlap_b_f", bf16(deepseek_v3(4)), 2, 1, {{0, 1}, {2, 3}}, 4, false, true});
   check_step({"pp2 v2 deepseek-v3 overlap_b_f overlap_p2p", deepseek_v3(8), 2, 1,
               {{0, 1}, {2, 3}, {4, 5}, {6, 7}}, 4, true, true});
 }

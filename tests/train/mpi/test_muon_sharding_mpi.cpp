@@ -20,7 +20,7 @@
 #include "loom/dist/tensor_parallel.h"
 #include "loom/models/muon_info.h"
 #include "loom/optim/muon.h"
-#include "loom/train/causal_lm_model.h"
+#include "loom/train/model_hooks.h"
 #include "loom/train/finite_state.h"
 #include "loom/optim/placement_muon_sharding.h"
 
@@ -127,8 +127,7 @@ std::unique_ptr<Pair> make_pair(const Layout& layout, const std::string& strateg
   MuonOptions o;
   o.comm_strategy = strategy;
   o.learning_rate = 0.02;
-  const CausalLMModel facts(p->whole.args, p->whole.model);
-  const optim::MuonModelInfo info = facts.muon_info();
+  const optim::MuonModelInfo info = muon_model_info(p->whole.args);
   optim::NamedParams whole_params, local_params;
   for (auto& [name, param] : p->whole.model->named_parameters()) whole_params.push_back({name, param->tensor});
   for (auto& [name, t] : p->sharded.model->local_parameters()) local_params.push_back({name, t});

@@ -8,6 +8,7 @@
 
 #include "loom/core/parallel.h"
 #include "loom/kernels/cpu/cpu_isa.h"
+#include "loom/kernels/tiling.h"
 #include "loom/kernels/cpu/gemm.h"
 #include "loom/kernels/cpu/index.h"
 #include "loom/kernels/cpu/row_helpers.h"
@@ -246,13 +247,6 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& labels, const 
 
 // ---- linear_cross_entropy: chunks of tokens, never the full logits ------------------------------
 
-int64_t linear_cross_entropy_chunk(int64_t n, int64_t v, int64_t requested) {
-  if (n <= 0) return 1;
-  if (requested > 0) return std::min(requested, n);
-  const int64_t target = (int64_t{1} << 23) / std::max<int64_t>(v, 1);  // ~32 MB of fp32 logits
-  return std::clamp<int64_t>(target, 16, n);
-}
-
 namespace {
 
 struct LinearXentSetup {
@@ -270,7 +264,7 @@ LinearXentSetup linear_setup(const Tensor& hidden, const Tensor& weight, const T
   s.d = hidden.shape()[1];
   s.v = weight.shape()[0];
   check_row_weights(row_weights, s.n);
-  s.chunk = linear_cross_entropy_chunk(s.n, s.v, chunk_tokens);
+  s.chunk = kernels::linear_cross_entropy_chunk(s.n, s.v, chunk_tokens);
   s.compute = hidden.dtype() == DType::f64 ? DType::f64 : DType::f32;
   // On a CPU with bf16 matrix units the head's GEMMs take bf16 operands as they are, accumulate
   // in fp32 and write fp32 logits (the head is a third of a small model's FLOPs: widening it to

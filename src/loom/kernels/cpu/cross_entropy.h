@@ -49,7 +49,4 @@ void linear_cross_entropy_backward(const Tensor& hidden, const Tensor& weight, c
                                    int64_t chunk_tokens, Tensor* dhidden, Tensor* dweight,
                                    const VocabShard* shard = nullptr);
 
-// The token chunk linear_cross_entropy uses for n tokens and vocab v.
-int64_t linear_cross_entropy_chunk(int64_t n, int64_t v, int64_t requested);
-
 }  // namespace loom::kernels::cpu

@@ -1,12 +1,12 @@
-// The MFU peak (train/hardware.h) as a pure function of the CPU's identity, features, clock and
+// The MFU peak (runtime/cpu/cpu_peak.h) as a pure function of the CPU's identity, features, clock and
 // threads: each unit's FLOP/cycle, the vendor/family rules for 512-bit width, the clock's source
 // and the fallbacks, all stated in the description.
 #include <gtest/gtest.h>
 
-#include "loom/train/hardware.h"
+#include "loom/runtime/cpu/cpu_peak.h"
 
 using namespace loom;
-using namespace loom::train;
+using namespace loom::runtime::cpu;
 using kernels::cpu::CpuFeatures;
 using kernels::cpu::MatrixPath;
 
@@ -38,10 +38,10 @@ TEST(Hardware, PeakUnitFollowsComputeDtypeAndMatrixPath) {
 
 TEST(Hardware, Zen5FullWidthAvx512AndBf16DotProductsAtTwiceTheFmaRate) {
   const CpuFeatures f = features(true, true, true, false);
-  PeakFlops fp32 = derive_peak_flops(PeakUnit::fp32_fma, zen5, f, proc_clock, 2);
+  CpuPeak fp32 = derive_peak_flops(PeakUnit::fp32_fma, zen5, f, proc_clock, 2);
   EXPECT_EQ(fp32.flop_per_cycle, 64);  // 2 pipes × 16 lanes × 2
   EXPECT_DOUBLE_EQ(fp32.gflops, 2 * 64 * 2.59612);
-  PeakFlops bf16 = derive_peak_flops(PeakUnit::avx512_bf16, zen5, f, proc_clock, 2);
+  CpuPeak bf16 = derive_peak_flops(PeakUnit::avx512_bf16, zen5, f, proc_clock, 2);
   EXPECT_EQ(bf16.flop_per_cycle, 128);
   EXPECT_DOUBLE_EQ(bf16.gflops, 2 * fp32.gflops);
   EXPECT_NE(bf16.description.find("AVX512-BF16"), std::string::npos) << bf16.description;
@@ -59,7 +59,7 @@ TEST(Hardware, Zen4RunsAvx512OnHalfWidthPipes) {
 
 TEST(Hardware, Avx2OnlyAndNoFma) {
   EXPECT_EQ(derive_peak_flops(PeakUnit::fp32_fma, zen3, features(true, false, false, false), proc_clock, 1).flop_per_cycle, 32);
-  const PeakFlops none = derive_peak_flops(PeakUnit::fp32_fma, zen3, features(false, false, false, false), proc_clock, 1);
+  const CpuPeak none = derive_peak_flops(PeakUnit::fp32_fma, zen3, features(false, false, false, false), proc_clock, 1);
   EXPECT_EQ(none.flop_per_cycle, 16);
   EXPECT_NE(none.description.find("no FMA"), std::string::npos) << none.description;
 }
@@ -67,7 +67,7 @@ TEST(Hardware, Avx2OnlyAndNoFma) {
 TEST(Hardware, AmxTilesAtIntelsPublishedRateAndFullWidthFmaOnIntel) {
   const CpuFeatures f = features(true, true, true, true);
   const CpuClock sysfs{3800, "cpufreq cpuinfo_max_freq"};
-  const PeakFlops amx = derive_peak_flops(PeakUnit::amx_bf16, sapphire_rapids, f, sysfs, 4);
+  const CpuPeak amx = derive_peak_flops(PeakUnit::amx_bf16, sapphire_rapids, f, sysfs, 4);
   EXPECT_EQ(amx.flop_per_cycle, 1024);
   EXPECT_DOUBLE_EQ(amx.gflops, 4 * 1024 * 3.8);
   EXPECT_NE(amx.description.find("cpufreq cpuinfo_max_freq"), std::string::npos) << amx.description;
@@ -75,7 +75,7 @@ TEST(Hardware, AmxTilesAtIntelsPublishedRateAndFullWidthFmaOnIntel) {
 }
 
 TEST(Hardware, UnknownClockIsAssumedAndSaysSo) {
-  const PeakFlops p = derive_peak_flops(PeakUnit::fp32_fma, zen5, features(true, true, true, false), CpuClock{}, 3);
+  const CpuPeak p = derive_peak_flops(PeakUnit::fp32_fma, zen5, features(true, true, true, false), CpuClock{}, 3);
   EXPECT_DOUBLE_EQ(p.gflops, 3 * 64 * 2.0);
   EXPECT_NE(p.description.find("2 GHz assumed"), std::string::npos) << p.description;
 }
@@ -84,8 +84,8 @@ TEST(Hardware, ThisMachinesPeakMatchesTheDerivationOfItsOwnFacts) {
   if (std::getenv("LOOM_PEAK_GFLOPS")) GTEST_SKIP() << "LOOM_PEAK_GFLOPS overrides the derivation";
   const auto& dispatch = kernels::cpu::matrix_dispatch();
   for (DType d : {DType::f32, DType::bf16}) {
-    const PeakFlops p = peak_flops(2, d);
-    const PeakFlops expected = derive_peak_flops(peak_unit(d, dispatch.path), cpu_identity(), dispatch.features,
+    const CpuPeak p = cpu_peak(2, d);
+    const CpuPeak expected = derive_peak_flops(peak_unit(d, dispatch.path), cpu_identity(), dispatch.features,
                                                  cpu_clock(), 2);
     EXPECT_EQ(p.description, expected.description);
     EXPECT_GT(p.gflops, 0);

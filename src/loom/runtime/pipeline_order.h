@@ -25,47 +25,18 @@
 // Every rank of a pipeline reads the same m micro-batches (the data shard ignores pp): the first
 // stage embeds their ids, the last uses their labels and mask, every stage their positions.
 //
-// Point to point. Activations go from virtual stage s to s + 1 and their grads back, over the
-// "pp" group, tagged by the receiving stage and direction, so the messages of one channel match
-// in micro-batch order. The first message of each activation channel carries the shape and
-// dtype (agreed once, kept for the run); grads have the shape of the output they belong to.
-// Sends are non-blocking (isend) and never waited on before the step ends: a rank that blocked
-// on its send until the peer reached the matching receive could wait for a peer that waits for
-// it (tests/train/test_pipeline_schedule.cpp replays that rule and finds the cycle under
-// interleaving), while a send in flight only needs the peer to get there eventually, which the
-// data dependencies guarantee. Without pipeline_parallel_overlap_p2p a receive is posted when its
-// action starts and waited on at once; with it, the next action's receive is also posted before
-// this action's compute, so its transfer can complete while this rank computes (its buffer,
-// one activation, is held one action longer). On CPU the
-// transfers are memcpys through shared memory (or loopback TCP) driven by MPI's progress engine
-// in the comm thread; what overlap can hide is the receive's copy and its matching latency,
-// not a neighbour's late compute. bench/bench_pipeline measures both.
+// Evaluation runs forwards only: every micro-batch through this rank's chunks in virtual-stage
+// order (forward_only_order), as Megatron's forward_only pipelining does.
 //
-// Backward/forward overlap (pipeline_parallel_overlap_b_f; MoE models only: the configuration
-// turns it off for dense ones, as the reference does). Each backward that the order follows with
-// a forward runs with it as one step (pipeline_steps: the steady state's pairs, micro-batch k's
-// backward with a later micro-batch's forward), layer by layer in alternation: the backward's
-// last layer, the forward's first layer, the backward's next-to-last, and so on, so that where
-// the expert all-to-alls run asynchronously, one micro-batch's dispatch or combine travels while
-// the other's layer computes. To run a chunk's backward one layer at a time, its forward cuts the
-// graph at every layer boundary (a detached input collects the grad, as between stages); the
-// grads are the same sums. A step waits for both actions' receives before its first layer. On
-// CPU the expert all-to-alls are blocking collectives and one thread computes, so the layers
-// alternate but nothing overlaps: the step takes the two actions' time plus the cuts'
-// bookkeeping (bench/pipeline_throughput.sh measures it).
-//
-// Scaling and logging as the plain schedule: the last stage backs each loss · s / m with
-// s = ParallelModel::backward_scale(); the logged loss is the last stage's mean, averaged over
-// the data-parallel ranks and given to every rank (world all-reduce, the other stages adding 0);
-// the balance losses are summed over the stages.
+// These orders are pure functions of (p, rank, v, m): the executor (pipeline_schedule.h), the
+// timeline replay below, `loom plan` and bench/bench_pipeline share them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
-#include "loom/train/schedule.h"
-
-namespace loom::train {
+namespace loom::runtime {
 
 struct PipelineAction {
   enum class Kind { forward, backward };
@@ -83,19 +54,12 @@ enum class PipelineScheduleKind { one_f_one_b, gpipe };
 std::vector<PipelineAction> pipeline_order(int pp, int pp_rank, int chunks, int64_t micro_batches,
                                            PipelineScheduleKind kind = PipelineScheduleKind::one_f_one_b);
 
+// Evaluation's order: micro-batch m's forward of chunk 0, 1, ..., v - 1, then m + 1's.
+std::vector<PipelineAction> forward_only_order(int chunks, int64_t micro_batches);
+
 // The order's actions as the schedule runs them, as indices into `order`: one action per step,
 // or with overlap_b_f a backward and the forward after it as one step (backward first).
 std::vector<std::vector<size_t>> pipeline_steps(const std::vector<PipelineAction>& order, bool overlap_b_f);
-
-// Where one rank's step time went, per action of pipeline_order (bench/bench_pipeline).
-struct PipelineStepTimes {
-  std::vector<double> compute_s;  // per action: the forward or backward compute
-  std::vector<double> wait_s;     // per action: blocked on communication before it
-  std::vector<int64_t> live_bytes;  // per action: allocator bytes in use after it
-  int64_t start_bytes = 0;        // allocator bytes in use when the step's first action starts
-  double tail_s = 0;              // after the last action: the sends' completion, finish_backward
-  double step_s = 0;              // the whole run_step, loss averaging excluded
-};
 
 // The step's timeline predicted from per-chunk compute times: every rank runs pipeline_order,
 // each step of pipeline_steps starting when its rank is free and its inputs exist, its outputs
@@ -130,27 +94,4 @@ struct PipelineScheduleOptions {
   bool overlap_b_f = false;  // config::PipelinePlan::overlap_b_f (MoE models only)
 };
 
-class PipelineSchedule final : public Schedule {
- public:
-  PipelineSchedule(TrainModel& model, dist::ParallelModel& parallel, int64_t micro_batches,
-                   PipelineScheduleOptions options = {});
-  ~PipelineSchedule() override;
-  StepResult run_step(const BatchSource& next_batch) override;
-  const std::vector<PipelineAction>& order() const { return order_; }
-  const PipelineStepTimes& last_times() const { return times_; }
-
- private:
-  struct Channels;
-  TrainModel& model_;
-  dist::ParallelModel& parallel_;
-  dist::PipelineStage& stage_;
-  int64_t micro_batches_;
-  PipelineScheduleOptions options_;
-  std::vector<PipelineAction> order_;
-  std::vector<std::vector<size_t>> steps_;       // pipeline_steps(order_)
-  std::vector<std::vector<dist::PipelineChunk>> pieces_;  // per chunk: its layers one by one with overlap_b_f
-  std::unique_ptr<Channels> channels_;
-  PipelineStepTimes times_;
-};
-
-}  // namespace loom::train
+}  // namespace loom::runtime

@@ -1,4 +1,4 @@
-// The plain schedule (loom/train/schedule.h): one optimizer step's A micro-batches give the
+// The plain schedule (loom/runtime/schedule.h): one optimizer step's A micro-batches give the
 // grads and loss of forward + backward(loss / A) each, from zeroed grads, and the step's token
 // counts.
 #include <gtest/gtest.h>
@@ -7,10 +7,10 @@
 #include "loom/dist/parallelize.h"
 #include "loom/models/registry.h"
 #include "loom/ops/elementwise.h"
-#include "loom/train/causal_lm_model.h"
-#include "loom/train/schedule.h"
+#include "loom/runtime/causal_lm_model.h"
+#include "loom/runtime/schedule.h"
 
-namespace loom::train {
+namespace loom::runtime {
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -59,7 +59,7 @@ TEST(PlainSchedule, AccumulatesTheStepsMicroBatchesFromZeroedGrads) {
   for (auto& [name, local] : model->module().local_parameters()) local.set_grad(Tensor::ones(local.shape()));
   PlainSchedule schedule(*model, *parallel, A);
   int64_t next = 0;
-  const StepResult r = schedule.run_step([&] { return batch(next++); });
+  const StepResult r = schedule.run([&] { return batch(next++); }, Mode::train);
   EXPECT_EQ(next, A);
   EXPECT_EQ(r.micro_batches, A);
   EXPECT_EQ(r.loss, ref_loss);
@@ -83,4 +83,4 @@ TEST(PlainSchedule, NeedsAtLeastOneMicroBatch) {
 }
 
 }  // namespace
-}  // namespace loom::train
+}  // namespace loom::runtime

@@ -1,4 +1,4 @@
-// The pipeline schedules' action orders (train/pipeline_schedule.h): the reference's example, and
+// The pipeline schedules' action orders (runtime/pipeline_order.h): the reference's example, and
 // for a grid of (p, v, m) a replay of every rank's list against the data dependencies (a forward
 // needs the previous virtual stage's forward, a backward the next stage's backward): every list
 // runs to the end without a cycle, each micro-batch's forward and backward happen once per
@@ -12,9 +12,9 @@
 #include <string>
 
 #include "loom/config/parallel_layout.h"
-#include "loom/train/pipeline_schedule.h"
+#include "loom/runtime/pipeline_order.h"
 
-namespace loom::train {
+namespace loom::runtime {
 namespace {
 
 using Kind = PipelineAction::Kind;
@@ -230,5 +230,36 @@ TEST(PipelineOrder, CountsTheReferenceCannotRunAreNamed) {
   EXPECT_NE(config::interleaved_micro_batch_problem(4, 3, 9).find("multiple of 2"), std::string::npos);
 }
 
+// Evaluation's forward-only order: every rank's list replays against the forward dependencies
+// (virtual stage s of a micro-batch after s - 1) without a cycle, with non-blocking sends, and
+// runs each (chunk, micro-batch) once, micro-batches in ascending order.
+TEST(PipelineOrder, ForwardOnlyOrdersReplayWithoutACycle) {
+  for (int p : {2, 3, 4})
+    for (int v : {1, 2, 3})
+      for (int64_t m : {1, 2, 5}) {
+        std::vector<std::vector<PipelineAction>> orders;
+        for (int r = 0; r < p; ++r) orders.push_back(forward_only_order(v, m));
+        EXPECT_EQ(render(orders[0], p, 0).substr(0, 4), "F0.0");
+        std::set<std::pair<int, int64_t>> done;  // (virtual stage, micro-batch)
+        std::vector<size_t> next(static_cast<size_t>(p), 0);
+        for (bool progress = true; progress;) {
+          progress = false;
+          for (int r = 0; r < p; ++r) {
+            size_t& i = next[static_cast<size_t>(r)];
+            if (i == orders[static_cast<size_t>(r)].size()) continue;
+            const PipelineAction& a = orders[static_cast<size_t>(r)][i];
+            ASSERT_EQ(a.kind, Kind::forward);
+            const int s = a.chunk * p + r;
+            if (s > 0 && !done.contains({s - 1, a.micro_batch})) continue;
+            EXPECT_TRUE(done.insert({s, a.micro_batch}).second) << "stage " << s << " micro-batch " << a.micro_batch;
+            ++i;
+            progress = true;
+          }
+        }
+        EXPECT_EQ(done.size(), static_cast<size_t>(p * v * m)) << "p " << p << " v " << v << " m " << m;
+      }
+  EXPECT_EQ(render(forward_only_order(2, 2), 2, 1), "F1.0 F3.0 F1.1 F3.1");
+}
+
 }  // namespace
-}  // namespace loom::train
+}  // namespace loom::runtime

@@ -1,4 +1,4 @@
-#include "loom/train/hardware.h"
+#include "loom/runtime/cpu/cpu_peak.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace loom::train {
+namespace loom::runtime::cpu {
 
 const char* peak_unit_name(PeakUnit unit) {
   switch (unit) {
@@ -29,16 +29,16 @@ PeakUnit peak_unit(DType compute_dtype, kernels::cpu::MatrixPath path) {
   return PeakUnit::fp32_fma;
 }
 
-PeakFlops derive_peak_flops(PeakUnit unit, const CpuIdentity& cpu, const kernels::cpu::CpuFeatures& f,
+CpuPeak derive_peak_flops(PeakUnit unit, const CpuIdentity& cpu, const kernels::cpu::CpuFeatures& f,
                             const CpuClock& clock, int threads) {
   const bool intel = cpu.vendor.find("Intel") != std::string::npos;
   const bool amd = cpu.vendor.find("AMD") != std::string::npos;
   const bool full_width_512 = f.avx512_core && (intel || (amd && cpu.family >= 0x1A));
-  const int fma_pipes = 2;  // assumed (see hardware.h)
+  const int fma_pipes = 2;  // assumed (see cpu_peak.h)
   const int lanes = full_width_512 ? 16 : 8;
   const double fp32 = f.avx2_fma || f.avx512_core ? fma_pipes * lanes * 2.0 : 16.0;
   std::string how;
-  PeakFlops p;
+  CpuPeak p;
   p.unit = unit;
   switch (unit) {
     case PeakUnit::fp32_fma:
@@ -133,14 +133,14 @@ CpuClock cpu_clock() {
   return {};
 }
 
-PeakFlops peak_flops(int threads, DType compute_dtype) {
+CpuPeak cpu_peak(int threads, DType compute_dtype) {
   const kernels::cpu::MatrixDispatch& dispatch = kernels::cpu::matrix_dispatch();
   const PeakUnit unit = peak_unit(compute_dtype, dispatch.path);
   if (const char* env = std::getenv("LOOM_PEAK_GFLOPS"); env && *env) {
     char* end = nullptr;
     double v = std::strtod(env, &end);
     if (end && *end == '\0' && v > 0) {
-      PeakFlops p;
+      CpuPeak p;
       p.gflops = v;
       p.unit = unit;
       p.description = std::string(peak_unit_name(unit)) + ": LOOM_PEAK_GFLOPS=" + env;
@@ -157,4 +157,4 @@ std::string cpu_model_name() {
   return "unknown";
 }
 
-}  // namespace loom::train
+}  // namespace loom::runtime::cpu

@@ -24,7 +24,7 @@
 #include "loom/core/dtype.h"
 #include "loom/kernels/cpu/cpu_isa.h"
 
-namespace loom::train {
+namespace loom::runtime::cpu {
 
 // The unit the step's matrix products run on.
 enum class PeakUnit { fp32_fma, avx512_bf16, amx_bf16 };
@@ -44,7 +44,7 @@ struct CpuIdentity {
   int family = 0;      // /proc/cpuinfo "cpu family" (decimal; Zen 5 is 26 = 0x1A)
 };
 
-struct PeakFlops {
+struct CpuPeak {
   double gflops = 0;          // for the threads this process uses
   double flop_per_cycle = 0;  // per core, for `unit`
   PeakUnit unit = PeakUnit::fp32_fma;
@@ -52,11 +52,11 @@ struct PeakFlops {
 };
 
 // The derivation above, a pure function of the CPU's identity, features and clock.
-PeakFlops derive_peak_flops(PeakUnit unit, const CpuIdentity& cpu, const kernels::cpu::CpuFeatures& features,
+CpuPeak derive_peak_flops(PeakUnit unit, const CpuIdentity& cpu, const kernels::cpu::CpuFeatures& features,
                             const CpuClock& clock, int threads);
 
 // This machine: /proc/cpuinfo, the process's matrix dispatch (CPUID) and clock, or LOOM_PEAK_GFLOPS.
-PeakFlops peak_flops(int threads, DType compute_dtype);
+CpuPeak cpu_peak(int threads, DType compute_dtype);
 
 CpuIdentity cpu_identity();
 CpuClock cpu_clock();
@@ -64,4 +64,4 @@ CpuClock cpu_clock();
 // The processor's "model name" from /proc/cpuinfo (benchmarks print it); "unknown" if absent.
 std::string cpu_model_name();
 
-}  // namespace loom::train
+}  // namespace loom::runtime::cpu

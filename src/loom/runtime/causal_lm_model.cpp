@@ -1,16 +1,15 @@
-#include "loom/train/causal_lm_model.h"
+#include "loom/runtime/causal_lm_model.h"
 
 #include "loom/kernels/kernel_table.h"
 #include "loom/models/accounting.h"
 #include "loom/models/hf_checkpoint.h"
 #include "loom/models/hf_weights.h"
-#include "loom/models/muon_info.h"
 #include "loom/models/registry.h"
 #include "loom/nn/moe.h"
 #include "loom/nn/router.h"
 #include "loom/nn/transformer_layer.h"
 
-namespace loom::train {
+namespace loom::runtime {
 
 CausalLMModel::CausalLMModel(models::ModelArgs args, std::shared_ptr<nn::CausalLM> model)
     : args_(std::move(args)), model_(std::move(model)) {}
@@ -80,7 +79,9 @@ ForwardResult CausalLMModel::forward_chunk(const data::Batch& batch, const dist:
     if (layer->layer_number() >= chunk.first_layer && layer->layer_number() <= chunk.last_layer)
       ran.push_back(layer->moe());
   ForwardResult r;
-  if (chunk.last) {
+  if (chunk.last && options.logits) {
+    r.logits = model_->head_logits(h, lm.doc_ends);
+  } else if (chunk.last) {
     const nn::LMOutput out = model_->head(h, lm, options);
     r.loss = out.loss;
     add_head_extras(out, r);
@@ -91,35 +92,6 @@ ForwardResult CausalLMModel::forward_chunk(const data::Batch& batch, const dist:
   for (nn::MoELayer* m : ran) add_aux(m);
   if (has_aux) r.extras["load_balancing_loss"] = aux;
   return r;
-}
-
-void CausalLMModel::after_optimizer_step() {
-  // Keep the step's counts for the MoE monitor before the bias update resets them, keyed by the
-  // MoE layer's ordinal in the whole model (decoder, then MTP), which a pipeline stage holding
-  // some of the layers knows from their global indices.
-  last_tokens_per_expert_.clear();
-  const nn::TransformerConfig& c = model_->config();
-  auto record = [&](nn::TransformerLayer& layer) {
-    if (!layer.moe() || !layer.moe()->router().tokens_per_expert().defined()) return;
-    int64_t ordinal = 0;
-    for (int64_t l = 0; l < layer.layer_number(); ++l) ordinal += c.is_moe_layer(l) ? 1 : 0;
-    last_tokens_per_expert_[ordinal] = layer.moe()->router().tokens_per_expert().to_int_vector();
-  };
-  for (nn::TransformerLayer* layer : model_->decoder().layers()) record(*layer);
-  for (nn::MTPLayer* m : model_->mtp_layers()) record(m->transformer_layer());
-  model_->update_expert_biases();
-}
-
-void CausalLMModel::add_tokens_per_expert(const std::map<int64_t, std::vector<int64_t>>& counts) {
-  for (const auto& [layer, c] : counts) last_tokens_per_expert_.emplace(layer, c);
-}
-
-std::vector<Tensor> CausalLMModel::data_parallel_sums() {
-  // The aux-loss-free bias update follows the global routing counts (every rank the same bias).
-  std::vector<Tensor> out;
-  for (nn::MoELayer* m : model_->moe_layers())
-    if (m->router().tokens_per_expert().defined()) out.push_back(m->router().tokens_per_expert());
-  return out;
 }
 
 double CausalLMModel::flops_per_token(int64_t seq_length) const {
@@ -137,47 +109,19 @@ std::vector<memory::LayerRef> CausalLMModel::layers() {
   return out;
 }
 
-optim::MuonModelInfo CausalLMModel::muon_info() const {
-  optim::MuonModelInfo info;
-  info.multi_latent_attention = args_.multi_latent_attention;
-  info.mla.num_heads = args_.num_attention_heads;
-  info.mla.qk_nope_head_dim = args_.qk_nope_head_dim;
-  info.mla.qk_rope_head_dim = args_.qk_rope_head_dim;
-  info.mla.v_head_dim = args_.v_head_dim;
-  info.mla.q_lora_rank = args_.q_lora_rank;
-  // The model says how its fused weights split (models/muon_info), so the optimizer never
-  // guesses from names: one rule covering every parameter.
-  optim::MuonSplitSchema schema;
-  schema.append({"*"}, [args = args_](const std::string& name, int64_t rows, int64_t cols) {
-    std::vector<optim::MuonBlock> blocks;
-    for (const models::MuonPiece& p : models::muon_pieces(args, name, Shape{rows, cols}))
-      blocks.push_back({p.row0, p.rows, p.col0, p.cols});
-    return blocks;
-  });
-  info.schema = std::move(schema);
-  return info;
-}
-
-std::vector<optim::QkClipLayer> CausalLMModel::take_qk_clip_inputs() {
-  std::vector<optim::QkClipLayer> out;
-  if (!args_.multi_latent_attention) return out;
-  for (auto& obs : models::take_qk_clip_observations(*model_, args_)) {
-    if (obs.max_logits.empty()) continue;
-    out.push_back({obs.names.q_up_name, obs.names.kv_up_name, std::move(obs.max_logits)});
-  }
-  return out;
-}
-
 std::map<std::string, Tensor> CausalLMModel::load_hf(const std::string& dir) {
   // The folder's weights for the model this run built (from the configuration's model section);
   // a folder of another shape fails the conversion, which names the tensors that differ.
   return models::from_hf_weights(args_, models::read_hf_tensors(dir), dir);
 }
 
-std::map<int64_t, std::vector<int64_t>> CausalLMModel::tokens_per_expert() const { return last_tokens_per_expert_; }
+Tensor CausalLMModel::logits(const data::Batch& batch) {
+  check_token_ids(batch.input_ids, args_.vocab_size, "token id");
+  return model_->logits(batch.input_ids, batch.position_ids, batch.document_ends);
+}
 
-std::unique_ptr<TrainModel> build_causal_lm(const models::ModelArgs& args) {
+std::unique_ptr<CausalLMModel> build_causal_lm(const models::ModelArgs& args) {
   return std::make_unique<CausalLMModel>(args, models::build_model(args));
 }
 
-}  // namespace loom::train
+}  // namespace loom::runtime
