@@ -226,13 +226,11 @@ void BpeModel::merge_all(std::vector<Symbol>& symbols) const {
   symbols.resize(kept);
 }
 
-void BpeModel::encode_word(std::string_view word, bool space_before, std::vector<uint32_t>& ids,
-                           std::vector<uint32_t>& lengths) const {
-  thread_local std::string key;
-  key.assign(space_before ? "\x01" : "\x00", 1);  // the inserted space is part of the word
-  key.append(word);
+// The ids of a word not in the cache: the whole word when ignore_merges finds it in the
+// vocabulary (HF looks it up before merging; Llama 3 sets it), else BPE's merges.
+void BpeModel::encode_uncached(std::string_view word, bool space_before, std::vector<uint32_t>& ids,
+                               std::vector<uint32_t>& lengths) const {
   if (ignore_merges_) {
-    // HF looks the whole word up before merging (Llama 3): a word in the vocabulary is one token.
     std::string whole = space_before ? " " : "";
     whole.append(word);
     if (byte_level_) {
@@ -246,20 +244,28 @@ void BpeModel::encode_word(std::string_view word, bool space_before, std::vector
       return;
     }
   }
+  thread_local std::vector<Symbol> symbols;
+  initial_symbols(word, space_before, symbols);
+  merge_all(symbols);
+  for (const Symbol& s : symbols) {
+    ids.push_back(s.id);
+    lengths.push_back(s.length);
+  }
+}
+
+void BpeModel::encode_word(std::string_view word, bool space_before, std::vector<uint32_t>& ids,
+                           std::vector<uint32_t>& lengths) const {
+  thread_local std::string key;
+  key.assign(space_before ? "\x01" : "\x00", 1);  // the inserted space is part of the word
+  key.append(word);
   WordCache& cache = thread_cache(instance_);
   if (const auto it = cache.words.find(std::string_view(key)); it != cache.words.end()) {
     ids.insert(ids.end(), it->second.ids.begin(), it->second.ids.end());
     lengths.insert(lengths.end(), it->second.lengths.begin(), it->second.lengths.end());
     return;
   }
-  thread_local std::vector<Symbol> symbols;
-  initial_symbols(word, space_before, symbols);
-  merge_all(symbols);
   const size_t first = ids.size();
-  for (const Symbol& s : symbols) {
-    ids.push_back(s.id);
-    lengths.push_back(s.length);
-  }
+  encode_uncached(word, space_before, ids, lengths);
   if (word.size() < kMaxCachedWordBytes && cache.words.size() < kCacheWords) {
     cache.words.emplace(key, CachedWord{{ids.begin() + static_cast<std::ptrdiff_t>(first), ids.end()},
                                         {lengths.begin() + static_cast<std::ptrdiff_t>(first), lengths.end()}});

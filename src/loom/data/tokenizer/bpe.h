@@ -52,6 +52,8 @@ class BpeModel {
   void read_merges(const nlohmann::json& merges, const JsonPlace& at);
   void initial_symbols(std::string_view word, bool space_before, std::vector<Symbol>& symbols) const;
   void merge_all(std::vector<Symbol>& symbols) const;
+  void encode_uncached(std::string_view word, bool space_before, std::vector<uint32_t>& ids,
+                       std::vector<uint32_t>& lengths) const;
   const Merge* find_merge(uint32_t left, uint32_t right) const;
 
   StringIdMap vocab_;

@@ -66,9 +66,9 @@ TokenizerConfig read_tokenizer_config(const std::string& path) {
   if (const auto it = config.find("additional_special_tokens"); it != config.end() && !it->is_null()) {
     LOOM_CHECK(it->is_array(), DataError, path, ": \"additional_special_tokens\" must be a list");
     for (size_t i = 0; i < it->size(); ++i) {
-      nlohmann::json holder = {{"token", (*it)[i]}};
-      out.additional_special_tokens.push_back(
-          *token_string(holder, "token", path + " (additional_special_tokens[" + std::to_string(i) + "])"));
+      const nlohmann::json holder = {{"token", (*it)[i]}};
+      const auto token = token_string(holder, "token", path + " (additional_special_tokens[" + std::to_string(i) + "])");
+      if (token) out.additional_special_tokens.push_back(*token);
     }
   }
   out.chat_template = chat_template(config, path);
