@@ -160,6 +160,11 @@ TEST(ChatTemplate, UnsupportedConstructsNameThemselvesAndTheirLine) {
             std::string::npos);
   EXPECT_NE(error("{% for x in y %}{% endif %}").find("line 1: {% endif %} does not close the block"), std::string::npos);
   EXPECT_NE(error("{{ 'never closed }}").find("line 1: a string literal is never closed"), std::string::npos);
+  EXPECT_NE(error("x\n{{ name").find("line 2: a {{ tag is never closed"), std::string::npos);
+  EXPECT_NE(error("{# note").find("line 1: a comment {# is never closed"), std::string::npos);
+  EXPECT_NE(error("{% for in xs %}{% endfor %}").find("line 1: expected 'in' in the for loop"), std::string::npos);
+  EXPECT_NE(error("{{ x ! y }}").find("line 1: unexpected character '!'"), std::string::npos);
+  EXPECT_NE(error("{% set a, b = 1, 2 %}").find("unpacking several names"), std::string::npos);
   EXPECT_NE(error("\n{{ messages[0].content }}").find("line 2: 'messages' is undefined, so it cannot be indexed"),
             std::string::npos);
   EXPECT_NE(error("{{ 'a' + 1 }}").find("unsupported operand types for +: 'str' and 'int'"), std::string::npos);

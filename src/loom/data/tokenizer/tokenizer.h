@@ -17,9 +17,10 @@ namespace loom::data {
 class ChatTemplate;
 struct TokenizerConfig;
 
-// Where each token came from: [begin, end) byte offsets into the text given to encode. Tokens the
-// post-processor adds (a BOS) cover the empty span at 0. A fine-tuning loss mask maps the
-// assistant's character spans of a rendered chat to tokens with these.
+// Where each token came from: [begin, end) byte offsets into the text given to encode (before
+// normalization). Tokens the post-processor adds cover an empty span: at 0 before the text (a
+// BOS), at its end after it. A fine-tuning loss mask maps the assistant's character spans of a
+// rendered chat to tokens with these.
 struct TokenSpan {
   size_t begin = 0;
   size_t end = 0;
@@ -68,8 +69,6 @@ class Tokenizer {
   // "sentencepiece" or "tokenizer.json", and the file it was loaded from.
   virtual std::string kind() const = 0;
   const std::string& path() const { return path_; }
-  // Kept for callers written against the SentencePiece-only tokenizer.
-  const std::string& model_path() const { return path_; }
 
  protected:
   Tokenizer();
