@@ -165,6 +165,8 @@ TEST(ChatTemplate, UnsupportedConstructsNameThemselvesAndTheirLine) {
   EXPECT_NE(error("{% for in xs %}{% endfor %}").find("line 1: expected 'in' in the for loop"), std::string::npos);
   EXPECT_NE(error("{{ x ! y }}").find("line 1: unexpected character '!'"), std::string::npos);
   EXPECT_NE(error("{% set a, b = 1, 2 %}").find("unpacking several names"), std::string::npos);
+  EXPECT_NE(error("{{ 99999999999999999999 }}").find("the number 99999999999999999999 is out of range"), std::string::npos);
+  EXPECT_NE(error("{{ '\\xZZ' }}").find("the \\x escape needs 2 hex digits"), std::string::npos);
   EXPECT_NE(error("\n{{ messages[0].content }}").find("line 2: 'messages' is undefined, so it cannot be indexed"),
             std::string::npos);
   EXPECT_NE(error("{{ 'a' + 1 }}").find("unsupported operand types for +: 'str' and 'int'"), std::string::npos);

@@ -30,9 +30,13 @@ HfTokenizer::HfTokenizer(const std::string& json_path, const TokenizerConfig& co
   try {
     load(root);
   } catch (const nlohmann::json::exception& e) {
-    // A field of the wrong JSON type deep in a component; the checks above name the common ones.
+    // A field of the wrong JSON type deep in a component; the checks in load() name the common
+    // ones. nlohmann's text after its "[json.exception...] " tag says which type it found.
+    const std::string what = e.what();
+    const size_t tag_end = what.find("] ");
     LOOM_THROW(DataError, json_path, ": a field does not have the type tokenizer.json gives it (",
-               e.what(), "); the file is not a tokenizer.json that the tokenizers library wrote");
+               tag_end == std::string::npos ? what : what.substr(tag_end + 2),
+               "); the file is not a tokenizer.json that the tokenizers library wrote");
   }
   configure(config);
 }

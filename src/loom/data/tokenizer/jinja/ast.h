@@ -30,7 +30,7 @@ struct Expr {
     tuple,        // (args...)
     dict,         // {args[0]: args[1], ...}
   };
-  Kind kind;
+  Kind kind = Kind::literal;
   int line = 0;
   Value value;
   std::string name;
@@ -45,7 +45,7 @@ using Body = std::vector<NodePtr>;
 
 struct Node {
   enum class Kind { text, output, if_chain, for_loop, set, block_set, break_loop, continue_loop };
-  Kind kind;
+  Kind kind = Kind::text;
   int line = 0;
   std::string text;                                // text
   ExprPtr expr;                                    // output; set value; for iterable

@@ -13,8 +13,6 @@ namespace loom::data::jinja {
 
 namespace {
 
-[[noreturn]] void fail(int line, const std::string& what) { LOOM_THROW(DataError, "line ", line, ": ", what); }
-
 uint32_t decode_code_point(const std::string& c) {
   const auto lead = static_cast<unsigned char>(c[0]);
   const size_t n = c.size();

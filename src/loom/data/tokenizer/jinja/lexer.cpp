@@ -1,5 +1,6 @@
 #include "loom/data/tokenizer/jinja/lexer.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "loom/core/error.h"
@@ -204,8 +205,16 @@ class Lexer {
         case '\n': break;
         case 'x': case 'u': case 'U': {
           const size_t digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
-          LOOM_CHECK(pos_ + digits <= src_.size(), DataError, "line ", line, ": a truncated \\", e, " escape");
-          append_utf8(out, static_cast<uint32_t>(std::stoul(src_.substr(pos_, digits), nullptr, 16)));
+          const std::string hex = src_.substr(pos_, digits);
+          const bool valid = hex.size() == digits && std::all_of(hex.begin(), hex.end(), [](char h) {
+            return std::isxdigit(static_cast<unsigned char>(h));
+          });
+          LOOM_CHECK(valid, DataError, "line ", line, ": the \\", std::string(1, e), " escape needs ", digits,
+                     " hex digits");
+          const auto code_point = static_cast<uint32_t>(std::stoul(hex, nullptr, 16));
+          LOOM_CHECK(code_point <= 0x10FFFF && (code_point < 0xD800 || code_point > 0xDFFF), DataError, "line ", line,
+                     ": \\", std::string(1, e), hex, " is not a Unicode character");
+          append_utf8(out, code_point);
           pos_ += digits;
           break;
         }

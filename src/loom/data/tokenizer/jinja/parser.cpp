@@ -51,13 +51,13 @@ class Parser {
     while (peek().type != TokenType::end) {
       const Token& tok = peek();
       if (tok.type == TokenType::text) {
-        auto n = std::make_unique<Node>(Node{Node::Kind::text});
+        auto n = node(Node::Kind::text);
         n->text = next().value;
         n->line = tok.line;
         if (!n->text.empty()) body.push_back(std::move(n));
       } else if (tok.type == TokenType::expression_open) {
         next();
-        auto n = std::make_unique<Node>(Node{Node::Kind::output});
+        auto n = node(Node::Kind::output);
         n->line = tok.line;
         n->expr = expression();
         expect(TokenType::expression_close, "}}");
@@ -84,7 +84,7 @@ class Parser {
     } else if (name == "set") {
       body.push_back(set(tag.line));
     } else if (name == "break" || name == "continue") {
-      body.push_back(std::make_unique<Node>(Node{name == "break" ? Node::Kind::break_loop : Node::Kind::continue_loop}));
+      body.push_back(node(name == "break" ? Node::Kind::break_loop : Node::Kind::continue_loop));
       body.back()->line = tag.line;
       expect(TokenType::statement_close, "%}");
     } else if (name == "generation") {
@@ -109,7 +109,7 @@ class Parser {
   }
 
   NodePtr if_chain(int line) {
-    auto n = std::make_unique<Node>(Node{Node::Kind::if_chain});
+    auto n = node(Node::Kind::if_chain);
     n->line = line;
     ExprPtr condition = expression();
     while (true) {
@@ -133,7 +133,7 @@ class Parser {
   }
 
   NodePtr for_loop(int line) {
-    auto n = std::make_unique<Node>(Node{Node::Kind::for_loop});
+    auto n = node(Node::Kind::for_loop);
     n->line = line;
     n->targets.push_back(expect_name());
     while (at_op(",")) {
@@ -162,7 +162,7 @@ class Parser {
   }
 
   NodePtr set(int line) {
-    auto n = std::make_unique<Node>(Node{Node::Kind::set});
+    auto n = node(Node::Kind::set);
     n->line = line;
     n->targets.push_back(expect_name());
     if (at_op(".")) {
@@ -181,6 +181,12 @@ class Parser {
     expect_op("=");
     n->expr = expression();
     expect(TokenType::statement_close, "%}");
+    return n;
+  }
+
+  static NodePtr node(Node::Kind kind) {
+    auto n = std::make_unique<Node>();
+    n->kind = kind;
     return n;
   }
 
@@ -326,14 +332,15 @@ class Parser {
         e->value = Value::of(std::move(s));
         return e;
       }
-      case TokenType::integer: {
-        auto e = make(Expr::Kind::literal, tok.line);
-        e->value = Value::of(static_cast<int64_t>(std::stoll(tok.value)));
-        return e;
-      }
+      case TokenType::integer:
       case TokenType::floating: {
         auto e = make(Expr::Kind::literal, tok.line);
-        e->value = Value::of(std::stod(tok.value));
+        try {
+          e->value = tok.type == TokenType::integer ? Value::of(static_cast<int64_t>(std::stoll(tok.value)))
+                                                    : Value::of(std::stod(tok.value));
+        } catch (const std::exception&) {
+          fail(tok, "the number " + tok.value + " is out of range");
+        }
         return e;
       }
       case TokenType::name: return name_or_constant(tok);
