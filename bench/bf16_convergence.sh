@@ -12,6 +12,8 @@ OUT=${OUT:-bench-data/bf16_convergence}
 scripts/build.sh --target loom >/dev/null
 scripts/get-demo-data.sh >/dev/null
 source bench/cpu_header.sh
+source scripts/find-python.sh
+PY=$(loom_python)
 print_cpu_header "1 process, loom train's default threads"
 rm -rf "$OUT" && mkdir -p "$OUT"
 for compute in float32 bfloat16; do
@@ -20,7 +22,7 @@ for compute in float32 bfloat16; do
     > "$OUT/$compute.log" 2>&1 || { echo "error: the $compute run failed; see $OUT/$compute.log" >&2; exit 1; }
   grep '^done:' "$OUT/$compute.log" | sed "s/^/$compute: /"
 done
-/usr/bin/python3 - "$OUT" <<'PYEOF'
+$PY - "$OUT" <<'PYEOF'
 import json, sys
 last = {}
 for c in ("float32", "bfloat16"):

@@ -4,7 +4,8 @@
 # (run time − run time without saves) / saves, reported against the median step time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=/usr/bin/python3
+source scripts/find-python.sh
+PY=$(loom_python)
 STEPS=${STEPS:-5}
 THREADS=${THREADS:-2}
 scripts/build.sh --target loom >/dev/null

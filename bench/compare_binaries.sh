@@ -13,7 +13,8 @@ NEW=${2:?usage: bench/compare_binaries.sh OLD_LOOM NEW_LOOM}
 SIZES=${SIZES:-"a b"}
 ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-2}
-PY=/usr/bin/python3
+source scripts/find-python.sh
+PY=$(loom_python)
 mkdir -p bench-data
 source bench/cpu_header.sh
 LOOM_BIN=$NEW print_cpu_header "$THREADS threads"

@@ -19,7 +19,8 @@ CPS=${CPS:-"1 2 4"}
 STEPS=${STEPS:-2}
 PACKED_SEQ=${PACKED_SEQ:-2048}
 A2A_SEQ=${A2A_SEQ:-2048}
-PY=/usr/bin/python3
+source scripts/find-python.sh
+PY=$(loom_python)
 scripts/build.sh --target bench_cp loom >/dev/null
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 LOOM_NUM_THREADS=1 OMP_NUM_THREADS=1
 FLAGS="--oversubscribe --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca mpi_yield_when_idle 1"

@@ -4,7 +4,8 @@
 # between steps (parameters, grads, optimizer state), i.e. what recompute and swap act on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=/usr/bin/python3
+source scripts/find-python.sh
+PY=$(loom_python)
 THREADS=${THREADS:-2}
 scripts/build.sh --target loom >/dev/null
 mkdir -p bench-data

@@ -16,7 +16,8 @@ PARTS=${PARTS:-"speed bytes memory"}
 ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-6}
 ARCH_TP=${ARCH_TP:-2}
-PY=/usr/bin/python3
+source scripts/find-python.sh
+PY=$(loom_python)
 scripts/build.sh --target bench_tp loom >/dev/null
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 LOOM_NUM_THREADS=1 OMP_NUM_THREADS=1
 FLAGS="--oversubscribe --bind-to none --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca mpi_yield_when_idle 1"

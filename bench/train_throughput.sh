@@ -14,7 +14,8 @@ ROUNDS=${ROUNDS:-2}
 PRECISIONS=${PRECISIONS:-fp32}
 THREADS=${THREADS:-2}
 REFERENCE=${REFERENCE:-../shared/bench/torch_llama_reference.py}
-PY=/usr/bin/python3
+source scripts/find-python.sh
+PY=$(loom_python)
 
 if ! $PY -c "import torch" 2>/dev/null || [ ! -d /usr/lib/x86_64-linux-gnu/openblas-openmp ]; then
   echo "installing the PyTorch reference's packages (python3-torch, libopenblas0-openmp)"

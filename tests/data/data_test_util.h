@@ -45,17 +45,20 @@ inline Documents numbered_documents(const std::vector<int64_t>& lengths, int64_t
   return docs;
 }
 
-inline bool have_python() { return ::access("/usr/bin/python3", X_OK) == 0; }
+// LOOM_PYTHON: the python3 that imports numpy, found at configure time (cmake/LoomPython.cmake);
+// "" when there is none, and the tests that need it skip with this reason.
+inline bool have_python() { return LOOM_PYTHON[0] != '\0' && ::access(LOOM_PYTHON, X_OK) == 0; }
+inline constexpr const char* kNoPython = "no python3 that imports numpy (LOOM_PYTHON is \"" LOOM_PYTHON "\")";
 
 inline std::string script_path(const std::string& name) {
   return std::string(LOOM_SOURCE_DIR) + "/tests/data/" + name;
 }
 
-// Runs /usr/bin/python3 SCRIPT ARGS through std::system; returns the exit code, output in *out.
+// Runs LOOM_PYTHON SCRIPT ARGS through std::system; returns the exit code, output in *out.
 inline int run_python(const std::string& script, const std::string& args, const std::string& scratch_dir,
                       std::string* out) {
   const std::string log = scratch_dir + "/python-output.txt";
-  const std::string command = "/usr/bin/python3 " + script_path(script) + " " + args + " > " + log + " 2>&1";
+  const std::string command = std::string(LOOM_PYTHON) + " " + script_path(script) + " " + args + " > " + log + " 2>&1";
   const int status = std::system(command.c_str());
   *out = loom::testing::read_file(log);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;

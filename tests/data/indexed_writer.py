@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """An independent Megatron .bin/.idx writer and reader built from the byte layout (semantics §5.1)
 with numpy and struct only, so the C++ reader and writer are checked against code that shares
 nothing with them.

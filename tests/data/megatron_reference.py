@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Megatron's GPTDataset index construction and __getitem__ written with numpy (semantics §5.4),
 to check Loom's C++ port against real numpy.random.RandomState.
 

@@ -145,7 +145,7 @@ TEST(GptDataset, PartialValidationSampleIsPadded) {
 // Loom's indices and samples equal those of a numpy implementation of Megatron (one epoch,
 // several epochs with and without a separate final epoch, x = 0, a sub-range split).
 TEST(GptDataset, MatchesNumpyMegatronReference) {
-  if (!have_python()) GTEST_SKIP() << "/usr/bin/python3 is absent";
+  if (!have_python()) GTEST_SKIP() << kNoPython;
   TempDir dir;
   const std::string prefix = dir.file("corpus");
   write_dataset(prefix, TokenDType::u16, numbered_documents(lcg_lengths(50, 40, 11)));

@@ -148,7 +148,7 @@ TEST(IndexedDataset, AddIndexMergesDocumentsAndTokens) {
 // Files written by numpy/struct (tests/data/indexed_writer.py) read back equal, and files
 // written by Loom pass the script's numpy reader.
 TEST(IndexedDataset, AgreesWithIndependentNumpyWriterAndReader) {
-  if (!have_python()) GTEST_SKIP() << "/usr/bin/python3 is absent";
+  if (!have_python()) GTEST_SKIP() << kNoPython;
   TempDir dir;
   for (int code : {1, 3, 4, 5, 8}) {
     const std::string spec = "{\"dtype_code\": " + std::to_string(code) +

@@ -40,9 +40,9 @@ TEST(NumpyRandom, SmallSeed1234Case) {
   EXPECT_EQ(a, (std::vector<int64_t>{7, 2, 9, 1, 0, 8, 4, 5, 6, 3}));
 }
 
-// Live comparison with numpy for a few seeds and sizes (skipped without /usr/bin/python3).
+// Live comparison with numpy for a few seeds and sizes (skipped without a python3 with numpy).
 TEST(NumpyRandom, MatchesLiveNumpy) {
-  if (!have_python()) GTEST_SKIP() << "/usr/bin/python3 is absent";
+  if (!have_python()) GTEST_SKIP() << kNoPython;
   loom::testing::TempDir dir;
   for (auto [seed, n] : std::vector<std::pair<uint32_t, int>>{{0, 1}, {1, 2}, {42, 97}, {4294967295u, 1000}}) {
     std::string out;

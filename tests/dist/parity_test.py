@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """TorchTitan-style parity of `loom train` across data-parallel layouts (semantics.md §6.3, issue 9
 item 7): fp32, training.deterministic, the same seed, data and global batch (8 samples) at every
 layout; runs go through mpirun exactly as users start them.

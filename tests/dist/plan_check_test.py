@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """`loom plan` checked against the real thing: each layout is trained for a few steps under mpirun with
 `loom train --rank-report` (every rank writes what it held and sent during the last step,
 rank_report.h), then `loom plan --json` predicts the same config at the same world size, and for

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Independent TensorBoard event-file reader (TFRecord framing + minimal protobuf decoding).
 Verifies both masked CRC32Cs of every record and prints one JSON object per scalar:
 {"step": N, "tag": "...", "value": x}; the first line is {"file_version": "..."}."""

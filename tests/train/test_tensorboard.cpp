@@ -29,7 +29,8 @@ TEST(TensorBoard, Crc32cKnownValues) {
 }
 
 TEST(TensorBoard, EventsParseBackWithIndependentReader) {
-  if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "/usr/bin/python3 missing";
+  // LOOM_PYTHON: found at configure time (cmake/LoomPython.cmake), "" when there is none.
+  if (LOOM_PYTHON[0] == '\0' || !std::filesystem::exists(LOOM_PYTHON)) GTEST_SKIP() << "no python3 (LOOM_PYTHON)";
   loom::testing::TempDir dir;
   std::string path;
   {
@@ -40,7 +41,7 @@ TEST(TensorBoard, EventsParseBackWithIndependentReader) {
     w.add_scalar("loss", 2.25, 2);
     w.flush();
   }
-  std::string out = run("/usr/bin/python3 " LOOM_SOURCE_DIR "/tests/train/tb_reader.py '" + path + "' 2>&1");
+  std::string out = run(LOOM_PYTHON " " LOOM_SOURCE_DIR "/tests/train/tb_reader.py '" + path + "' 2>&1");
   EXPECT_EQ(out,
             "{\"file_version\": \"brain.Event:2\"}\n"
             "{\"step\": 1, \"tag\": \"loss\", \"value\": 2.5}\n"

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """`loom train` spread over two hosts, started by `loom launch --hostfile` as on a cluster. The
 hosts are network namespaces made by two_hosts.sh, which runs this script on host A; mpirun
 reaches host B through rsh_agent.sh (where a cluster has ssh). Two ranks per host, mpirun's

@@ -1,7 +1,8 @@
 """Writes tests/fixtures/models/<arch>/: an HF folder (config.json + model.safetensors, or shards with
 model.safetensors.index.json for llama) with tiny random weights, and golden.safetensors holding
 input_ids, labels, loss_mask and the expected logits [B, S, V] (float64) and losses of the numpy
-reference implementation. Run: /usr/bin/python3 tests/models/reference/generate_fixtures.py
+reference implementation. Run with a python3 that imports numpy (scripts/find-python.sh finds one):
+    python3 tests/models/reference/generate_fixtures.py
 """
 import os
 import sys
