@@ -1,5 +1,5 @@
 // Tiny Llama / Qwen3 / Qwen3-MoE / DeepSeek-V3 built from their `model:` sections: parameter
-// names (docs/HELPERS.md), forward + backward reaching every parameter, MTP and balance losses
+// names (docs/models.md), forward + backward reaching every parameter, MTP and balance losses
 // injected into backward but not into the logged loss (semantics.md §7.1), bf16 compute,
 // tied vs untied heads, the head's grads-in-forward as the caller's choice. (Issue 4, items 1–4 and 7.)
 #include <gtest/gtest.h>

@@ -62,7 +62,7 @@ TEST(NnLayers, SwiGluMlpMatchesFormulaAndGradchecks) {
   EXPECT_EQ(mlp.find_parameter("linear_fc1.weight")->global_shape, Shape({12, 8}));
   EXPECT_EQ(mlp.find_parameter("linear_fc2.weight")->global_shape, Shape({8, 6}));
   Tensor x = leaf({2, 3, 8}, 6);
-  // y = fc2(silu(gate x) ⊙ up x), gate rows first (docs/HELPERS.md).
+  // y = fc2(silu(gate x) ⊙ up x), gate rows first (docs/models.md).
   std::vector<double> w1 = mlp.find_parameter("linear_fc1.weight")->tensor.to_double_vector();
   std::vector<double> w2 = mlp.find_parameter("linear_fc2.weight")->tensor.to_double_vector();
   std::vector<double> xv = x.to_double_vector();

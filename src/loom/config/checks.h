@@ -20,7 +20,7 @@
 
 namespace loom::config::detail {
 
-// Module paths inside one Loom decoder layer (docs/HELPERS.md naming), which `select_module`
+// Module paths inside one Loom decoder layer (docs/models.md naming), which `select_module`
 // and `op_name` regexes must match in full (memory_checks.cpp; the memory estimate places a
 // layer's saved tensors on them).
 std::vector<std::string> layer_module_paths(const models::ModelArgs& model);

@@ -1,5 +1,5 @@
 // Feed-forward block. Gated (SwiGLU / GeGLU): linear_fc1 [2·ffn, hidden] holds the gate rows then
-// the up rows (docs/HELPERS.md), y = fc2(act(gate) ⊙ up). Ungated: y = fc2(act(fc1 x)).
+// the up rows (docs/models.md), y = fc2(act(gate) ⊙ up). Ungated: y = fc2(act(fc1 x)).
 #pragma once
 
 #include <memory>

@@ -2,7 +2,7 @@
 // sqrt(max(a, b)) scale (semantics §2.2 "Split schema"). A piece is a rectangle of every matrix
 // of the parameter (3-D parameters are batches of matrices along dim 0).
 //
-// Built-in rules, for Loom's parameter names (docs/HELPERS.md), first match wins:
+// Built-in rules, for Loom's parameter names (docs/models.md), first match wins:
 //   *mlp.experts.weight1*  [E, hidden, 2·ffn]  gate columns | up columns of each expert
 //   *mlp.experts.weight2*  [E, ffn, hidden]    each expert whole (the batch)
 //   *self_attention.linear_qb.weight*          per head: q_nope rows, then q_pe rows
