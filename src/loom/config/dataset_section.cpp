@@ -1,5 +1,5 @@
 // train_dataset as the data loader takes it (spec configuration.md "train_dataset" and the
-// MindFormers BlendedMegatronDatasetDataLoader keys of semantics §5.5): the typed fields of the
+// keys of MindFormers' BlendedMegatronDatasetDataLoader): the typed fields of the
 // section plus the dataloader's pass-through keys (datasets_type, sizes, config), each checked
 // here once; data::build_data_loader asserts on the result.
 #include <algorithm>

@@ -1,6 +1,7 @@
 // Layer specs ('5', '0-3') used by recompute, recompute_comm and swap, and the pipeline layer
 // placement (parallelism.pipeline_parallel_layers_per_stage), with the reference's rules and
-// messages (reference/semantics.md §1.1).
+// messages (MindFormers' activation_checkpoint.py layer-spec parser and pipeline_parallel.py
+// PpLayerSetting).
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,9 @@
 // The optimizer and lr_scheduler sections, checked through optim: it knows the optimizers and
-// schedulers (names, aliases, keys, defaults, rules: training_hyperparameters.md §1-§2, reference
-// §2-§3) and reads a section the same way for check-config and for the trainer's build. Config
-// gives each problem its position and keeps the typed fields in step with what optim read. What
-// Muon needs of the model and of the memory sections, which optim does not see, is checked here.
+// schedulers (names, aliases, keys, defaults, rules: training_hyperparameters.md §1-§2,
+// MindFormers' optimizers and lr_schedule.py) and reads a section the same way for check-config and
+// for the trainer's build. Config gives each problem its position and keeps the typed fields in
+// step with what optim read. What Muon needs of the model and of the memory sections, which optim
+// does not see, is checked here.
 #include "loom/config/checks.h"
 #include "loom/optim/lr_scheduler.h"
 #include "loom/optim/optimizer_factory.h"

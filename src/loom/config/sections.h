@@ -1,8 +1,8 @@
-// The typed configuration: one struct per YAML section with every field, type and default of
-// the spec (configuration.md) and of the reference dataclasses (reference/semantics.md §1.1).
-// Each struct lists its fields once, in `visit`, which drives reading, writing and messages.
-// Sections that allow extra keys keep them in `extras`, in file order, as JSON, for the layer
-// that consumes them (model, optimizer, scheduler, dataloader, callbacks).
+// The typed configuration: one struct per YAML section with every field, type and default of the
+// spec (configuration.md) and of the reference dataclasses (MindFormers'
+// pynative/config/config.py). Each struct lists its fields once, in `visit`, which drives reading,
+// writing and messages. Sections that allow extra keys keep them in `extras`, in file order, as
+// JSON, for the layer that consumes them (model, optimizer, scheduler, dataloader, callbacks).
 #pragma once
 
 #include <cstdint>

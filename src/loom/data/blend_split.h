@@ -1,5 +1,5 @@
-// Blend lists, split strings and per-dataset sizes, as Megatron/MindFormers parse them
-// (semantics §5.3). Errors name the configuration field they came from.
+// Blend lists, split strings and per-dataset sizes, as Megatron/MindFormers parse them (Megatron's
+// get_blend_from_list and split parsing). Errors name the configuration field they came from.
 #pragma once
 
 #include <array>

@@ -1,5 +1,5 @@
-// Megatron's BlendedDataset (semantics §5.5): interleaves several datasets so that after every
-// sample the share drawn from each stays as close as possible to its weight.
+// Megatron's BlendedDataset (helpers.cpp's build_blending_indices): interleaves several datasets so
+// that after every sample the share drawn from each stays as close as possible to its weight.
 #pragma once
 
 #include <cstdint>

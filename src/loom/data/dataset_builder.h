@@ -1,4 +1,4 @@
-// BlendedMegatronDatasetBuilder for GPT data (semantics §5.3-§5.5): from data_path/split (or
+// Megatron's BlendedMegatronDatasetBuilder for GPT data: from data_path/split (or
 // per-split paths) and sizes, build the dataset of one split — a GptDataset for a single
 // unweighted prefix, else a BlendedDataset over one GptDataset per prefix.
 #pragma once

@@ -1,5 +1,6 @@
-// Megatron's GPTDataset over one indexed dataset split (semantics §5.4): builds or loads the
-// document/sample/shuffle indices and serves token windows of seq_length + add_extra_token.
+// Megatron's GPTDataset over one indexed dataset split (megatron/core/datasets/gpt_dataset.py):
+// builds or loads the document/sample/shuffle indices and serves token windows of seq_length +
+// add_extra_token.
 //
 // Index cache: `{cache_dir}/{md5(description)}-GPTDataset-{split}-{description.txt|
 // document_index.npy|sample_index.npy|shuffle_index.npy}`, cache_dir = path_to_cache or

@@ -1,5 +1,5 @@
-// The three index arrays behind Megatron's GPTDataset (semantics §5.4), as pure functions so the
-// golden vectors can be tested directly:
+// The three index arrays behind Megatron's GPTDataset (_build_document_sample_shuffle_indices and
+// helpers.cpp's build_sample_idx), as pure functions so the golden vectors can be tested directly:
 //   document_index  sequence ids in visiting order, num_epochs copies, shuffled
 //   sample_index    [num_samples + 1, 2] (position in document_index, token offset) where
 //                   each sample starts

@@ -1,7 +1,8 @@
 // Reader for Megatron indexed datasets: `{prefix}.idx` (header + per-sequence lengths/pointers +
-// document boundaries) and `{prefix}.bin` (raw tokens), byte layout in semantics §5.1. Both files
-// are memory-mapped; every structural problem is found at open time and reported as a DataError
-// naming the file and the byte offset, so a corrupt file never turns into a crash mid-training.
+// document boundaries) and `{prefix}.bin` (raw tokens), byte layout of Megatron's
+// _IndexWriter/_IndexReader. Both files are memory-mapped; every structural problem is found at
+// open time and reported as a DataError naming the file and the byte offset, so a corrupt file
+// never turns into a crash mid-training.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 // Writer for Megatron indexed datasets, byte-exact to Megatron's IndexedDatasetBuilder /
-// _IndexWriter (semantics §5.1): tokens stream into `{prefix}.bin` as they are added, lengths and
-// document boundaries stay in memory until finalize() writes `{prefix}.idx`.
+// _IndexWriter (megatron/core/datasets/indexed_dataset.py): tokens stream into `{prefix}.bin` as
+// they are added, lengths and document boundaries stay in memory until finalize() writes
+// `{prefix}.idx`.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // The train_dataset section as the loader sees it (spec/configuration.md "train_dataset", and the
-// MindFormers BlendedMegatronDatasetDataLoader keys of semantics §5.5), typed. The configuration
+// keys of MindFormers' BlendedMegatronDatasetDataLoader), typed. The configuration
 // layer fills it and checks every field once, with the field's position in the file
 // (config/dataset_section.cpp); the loader asserts on what it relies on.
 #pragma once

@@ -1,6 +1,7 @@
 // numpy.random.RandomState(seed).shuffle reproduced bit for bit (numpy 1.24, legacy MT19937),
 // because Megatron's GPTDataset orders documents and samples with it and users expect the same
-// sample order as the reference (semantics §5.4 "numpy RNG reproduction").
+// sample order as the reference: std::mt19937 seeded as numpy's init_genrand, and numpy's
+// masked rejection sampling for each bounded draw.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// JSON lines -> Megatron indexed dataset, as Megatron's tools/preprocess_data.py (semantics §5.2):
+// JSON lines -> Megatron indexed dataset, as Megatron's tools/preprocess_data.py:
 // one document per line, one output pair `{output_prefix}_{key}_document.bin/.idx` per JSON key,
 // token dtype uint16 below 65500 vocabulary entries else int32, and with --append-eod the
 // tokenizer's eod id appended to every non-empty document.

@@ -1,10 +1,10 @@
-// Turns one token window into the training columns (semantics §5.4 "__getitem__" and
+// Turns one token window into the training columns (Megatron's GPTDataset.__getitem__ and
 // `_get_ltor_masks_and_position_ids`): the label shift, loss mask, position ids, the optional
 // dense attention mask and the compressed EOD mask (`actual_seq_len`).
 //
 // Every column is computed from the sample itself. MindFormers reuses a cached loss mask when no
 // EOD option is on and then zeroes pad positions in place, so one sample's padding leaks into
-// every later sample (QUIRK in §5.4); Loom never shares a mask between samples.
+// every later sample (a QUIRK); Loom never shares a mask between samples.
 #pragma once
 
 #include <cstdint>

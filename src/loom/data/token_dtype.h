@@ -1,6 +1,6 @@
 // Token element types of Megatron .bin files, by the one-byte code stored in the .idx header
-// (semantics §5.1). The codes are part of the file format, so they are spelled out here rather
-// than reusing loom::DType (which has no int8/int16/uint16).
+// (Megatron's indexed_dataset.py DType). The codes are part of the file format, so they are spelled
+// out here rather than reusing loom::DType (which has no int8/int16/uint16).
 #pragma once
 
 #include <cstddef>

@@ -1,8 +1,8 @@
-// Context parallelism (spec parallel_training.md §3; reference/parallel.md §2), applied to a
-// built CausalLM from outside over the mesh axis "cp", after tensor parallelism. Every sequence
+// Context parallelism (spec parallel_training.md §3; MindFormers' context_parallel.py), applied to
+// a built CausalLM from outside over the mesh axis "cp", after tensor parallelism. Every sequence
 // of a micro-batch is split over the c ranks of the cp group, so each rank's activations and
-// attention work fall by c. The model files know nothing of it: this file wraps the model's
-// inputs, its core attentions and its head loss.
+// attention work fall by c. The model files know nothing of it: this file wraps the model's inputs,
+// its core attentions and its head loss.
 //
 // Input preparation (where the sequence is cut). The embedding, the decoder and the head loss
 // receive the whole batch, [B, S]; their wrappers keep this rank's tokens of input_ids, of

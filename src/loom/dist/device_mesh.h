@@ -1,8 +1,8 @@
-// The device mesh: one process group per mesh axis of ParallelDims (semantics.md §1.1), built
-// once from the world group. Ranks are laid out (pp, dp_replicate, dp_shard, cp, tp), tp
-// fastest; the dense mesh is (pp, dp_replicate, fsdp = dp_shard·cp, tp), the sparse (expert) mesh
-// (pp, dp_replicate, efsdp = dp_shard·cp·tp/ep, ep), and "loss" = batch × cp is where the logged
-// loss is averaged.
+// The device mesh: one process group per mesh axis of ParallelDims (TorchTitan's mesh layout, as
+// MindFormers' parallel_dims.py builds it), built once from the world group. Ranks are laid out
+// (pp, dp_replicate, dp_shard, cp, tp), tp fastest; the dense mesh is (pp, dp_replicate, fsdp =
+// dp_shard·cp, tp), the sparse (expert) mesh (pp, dp_replicate, efsdp = dp_shard·cp·tp/ep, ep), and
+// "loss" = batch × cp is where the logged loss is averaged.
 #pragma once
 
 #include <map>
@@ -44,7 +44,8 @@ class DeviceMesh {
   // dp_replicate, efsdp, ep for experts, i.e. parameters placed on ep or efsdp) hold the same
   // local gradient values of a parameter with this placement: the size of every axis it is not
   // sharded over (replicated, partial before its sum, or absent), times the copies of a shared
-  // slice on the axes it is. The grad norm divides each local Σg² by it (semantics.md §1.2).
+  // slice on the axes it is. The grad norm divides each local Σg² by it (MindFormers'
+  // _calculate_global_grad_norm).
   int replica_factor(const nn::Placement& placement) const;
 
   // Bytes this process sent over every axis group since reset_stats().

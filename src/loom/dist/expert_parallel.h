@@ -1,5 +1,5 @@
-// Expert parallelism (spec parallel_training.md §5; reference/parallel.md §4), applied to a built
-// CausalLM from outside over the mesh axis "ep". The MoE layer (nn/moe.h) routes, dispatches,
+// Expert parallelism (spec parallel_training.md §5; MindFormers' ExpertParallel), applied to a
+// built CausalLM from outside over the mesh axis "ep". The MoE layer (nn/moe.h) routes, dispatches,
 // computes and combines; this file replaces its token dispatcher's two named operations
 // ("dispatch", "combine", nn/token_dispatcher.h) and splits the routed experts' weights. Nothing
 // else of the model changes: the router, the shared experts and every dense weight stay as they
@@ -42,11 +42,11 @@
 // come home the same way, and each expert's weight grad sums every peer's rows. The shared
 // experts run on the local tokens.
 //
-// alltoall_deredundancy (parallel.md §4.5, MindFormers' DeredundancyExpertParallel). The ep
-// ranks form nodes of P = npu_nums_per_device consecutive ranks (ep rank r: node r/P, index r%P;
-// with one rank per core and mpirun filling each host in turn, the physical hosts). The placement
-// is alltoall's, so node m owns experts [m·P·L, (m+1)·P·L). A token routed to several experts on
-// one remote node should cross the node boundary once, not once per expert:
+// alltoall_deredundancy (MindFormers' DeredundancyExpertParallel). The ep ranks form nodes of P =
+// npu_nums_per_device consecutive ranks (ep rank r: node r/P, index r%P; with one rank per core and
+// mpirun filling each host in turn, the physical hosts). The placement is alltoall's, so node m
+// owns experts [m·P·L, (m+1)·P·L). A token routed to several experts on one remote node should
+// cross the node boundary once, not once per expert:
 //
 //   across      each token once to every node that holds at least one of its experts, to the
 //               rank of the same index there (DeepEP's forwarding rather than MindFormers' all-
@@ -97,11 +97,10 @@ struct ExpertParallelOptions {
 
 // Splits the routed experts of every MoE layer of `model` (an nn::CausalLM, on the meta device or
 // materialised: values are kept) over the mesh's "ep" group and wraps their token dispatchers.
-// Apply it after tensor parallelism and before the memory policy and FSDP (DESIGN.md order).
-// The configuration checks that ep divides dp_shard·cp·tp and the number of routed experts (and
-// that npu_nums_per_device divides ep under alltoall_deredundancy); ShapeError with the numbers
-// otherwise. Returns the number of MoE layers split (0 for a dense
-// model: nothing to do).
+// Apply it after tensor parallelism and before the memory policy and FSDP (dist/parallelize.h
+// order). The configuration checks that ep divides dp_shard·cp·tp and the number of routed experts
+// (and that npu_nums_per_device divides ep under alltoall_deredundancy); ShapeError with the
+// numbers otherwise. Returns the number of MoE layers split (0 for a dense model: nothing to do).
 int apply_expert_parallel(nn::Module& model, DeviceMesh& mesh, const ExpertParallelOptions& options = {});
 
 }  // namespace loom::dist

@@ -1,5 +1,5 @@
-// FSDP / HSDP applied to a built model from outside (DESIGN.md "How strategies attach to a
-// model"; spec parallel_training.md §1; semantics.md §1.2). Nothing in the model knows about it.
+// FSDP / HSDP applied to a built model from outside, as TorchTitan applies FSDP2's fully_shard
+// (spec parallel_training.md §1). Nothing in the model knows about it.
 //
 // Units and buckets. Every module at a unit path (by default decoder.layers.{i} and
 // mtp.layers.{k}) is one unit; every other parameter belongs to the root unit (embedding,
@@ -29,8 +29,8 @@
 // main grads; the full grads and the gathered parameters are freed at once, while the rest of
 // backward continues. finish_backward() reduces what is left (the root unit, unused units).
 //
-// Gradient scale: with disable_gradient_division (the default) grads are summed; the trainer
-// scales the loss by 1/(world/(pp·tp·cp)) before backward (semantics.md §1.2), so a step equals
+// Gradient scale: with disable_gradient_division (the default) grads are summed; the trainer scales
+// the loss by 1/(world/(pp·tp·cp)) before backward (MindFormers' get_loss_sense), so a step equals
 // the one process mean. Without it, reduced grads are divided by the data-parallel size here
 // instead (the cp ranks of the shard group hold one loss between them: context_parallel.h).
 #pragma once

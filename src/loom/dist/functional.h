@@ -1,6 +1,6 @@
 // Differentiable collectives: communication as autograd functions over a process group, for the
 // strategies that split one layer's work across ranks (TP/SP, CP, EP). Each backward is its
-// forward's dual (reference/parallel.md §1.1):
+// forward's dual (Megatron's tensor_parallel/mappings.py):
 //
 //   op                                   forward                         backward
 //   all_gather(x, g, dim)                every rank's x, concatenated    reduce-scatter of dy along dim
@@ -20,7 +20,7 @@
 // - all_reduce: the output is replicated and so is everything computed from it: every rank holds
 //   the same L, counted once, and the same dy, which is already dL/dx_s of every rank's x_s
 //   (Megatron's g: the exit of a row-parallel block without SP).
-// A strategy pairs them so that the invariant of parallel.md (the one-process gradient) holds.
+// A strategy pairs them so that every parameter's gradient equals the one-process gradient.
 //
 // Rules. dim may be negative; the tensor's other dims must agree across ranks. Float32, bfloat16
 // and float64 (bfloat16 sums accumulate in fp32, like the group's). The group must outlive the

@@ -1,8 +1,8 @@
-// The parallel layout inferred from the world size and the parallelism degrees, by the spec's
-// rules (parallel_training.md, reference/semantics.md §1.1 "Parallel dims"): pure arithmetic,
-// no communication, so the configuration and the device mesh share one definition. Whether
-// degrees fit a world size is a rule of the configuration (config::world_size_problems, with the
-// spec's messages); infer() takes degrees that passed it and asserts that they do.
+// The parallel layout inferred from the world size and the parallelism degrees, by the spec's rules
+// (parallel_training.md; MindFormers' parallel_dims.py, a port of TorchTitan's ParallelDims): pure
+// arithmetic, no communication, so the configuration and the device mesh share one definition.
+// Whether degrees fit a world size is a rule of the configuration (config::world_size_problems,
+// with the spec's messages); infer() takes degrees that passed it and asserts that they do.
 //
 //   data_parallel = world / (tp * pp * cp)
 //   data_parallel_shard = -1  =>  dp_replicate = 1, dp_shard = data_parallel

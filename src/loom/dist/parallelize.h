@@ -1,5 +1,5 @@
 // parallelize(): the one place that applies the parallel strategies to a built model, in the
-// documented order (DESIGN.md "How strategies attach to a model"):
+// order of MindFormers' _apply_parallelism (TorchTitan's):
 //
 //   TP/SP → CP → EP → PP stage split → memory policy (recompute/swap) → FSDP/HSDP
 //
@@ -77,8 +77,8 @@ class ParallelModel {
   void set_requires_gradient_sync(bool on);
   // The factor the loss needs before backward so that reduced grads are the mean over the
   // data-parallel ranks: 1/(world/(pp·tp·cp)) while grads are summed (parallelism.
-  // disable_gradient_division, the default), else 1 (semantics.md §1.2, with the loss that
-  // tensor and context parallelism replicate counted once: tensor_parallel.h,
+  // disable_gradient_division, the default), else 1 (MindFormers' get_loss_sense, with the loss
+  // that tensor and context parallelism replicate counted once: tensor_parallel.h,
   // context_parallel.h). 1 on one process.
   double backward_scale() const { return backward_scale_; }
   // Ranks holding the same local grad of `param` (1 for a name it does not know: buffers); the

@@ -1,8 +1,9 @@
-// Pipeline parallelism (spec parallel_training.md §4; reference/parallel.md §3): the decoder
-// layers are split over the pp ranks of the mesh axis "pp", and each rank runs only its part of
-// every micro-batch, passing the hidden state forward and its grad back to the neighbouring
-// stage. This file is the stage split, applied to a built CausalLM from outside; the order in
-// which the stages run their micro-batches is the pipeline schedule's (runtime/pipeline_order.h, runtime/pipeline_schedule.h).
+// Pipeline parallelism (spec parallel_training.md §4; MindFormers' pipeline_parallel.py): the
+// decoder layers are split over the pp ranks of the mesh axis "pp", and each rank runs only its
+// part of every micro-batch, passing the hidden state forward and its grad back to the neighbouring
+// stage. This file is the stage split, applied to a built CausalLM from outside; the order in which
+// the stages run their micro-batches is the pipeline schedule's (runtime/pipeline_order.h,
+// runtime/pipeline_schedule.h).
 //
 // Virtual stages. With pipeline_parallel = p and pipeline_parallel_interleave_num = v the layers
 // form p·v consecutive virtual stages; virtual stage s lives on pp rank s % p as its chunk s / p,

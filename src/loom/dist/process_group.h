@@ -1,12 +1,11 @@
-// ProcessGroup: the collectives a group of ranks runs together (DESIGN.md "Distributed"), over
-// MPI on CPU (NCCL on GPU later) or over one rank alone, so every code path also runs without
-// mpirun. Buffers are typed spans counted in elements, never bytes; float32, bfloat16, float64,
-// int64 and int32 are supported. bfloat16 travels as bfloat16 but is reduced in fp32 (rounded
-// once at the end), as NCCL does.
+// ProcessGroup: the collectives a group of ranks runs together, over MPI on CPU (NCCL on GPU later)
+// or over one rank alone, so every code path also runs without mpirun. Buffers are typed spans
+// counted in elements, never bytes; float32, bfloat16, float64, int64 and int32 are supported.
+// bfloat16 travels as bfloat16 but is reduced in fp32 (rounded once at the end), as NCCL does.
 //
-// Floating-point sums are reduced in rank order (((r0 + r1) + r2) + ...) whatever the group
-// size, so a data-parallel gradient equals the one process sum of the same micro-batches bit for
-// bit (semantics.md §6.3: parity by layout). The algorithms move (n-1)/n of the buffer per rank,
+// Floating-point sums are reduced in rank order (((r0 + r1) + r2) + ...) whatever the group size,
+// so a data-parallel gradient equals the one process sum of the same micro-batches bit for bit (the
+// parity tests/dist/parity_test.py checks). The algorithms move (n-1)/n of the buffer per rank,
 // like a ring, and every byte handed to the transport is counted in stats().
 //
 // Every collective runs under the watchdog (watchdog.h): one that does not finish within the

@@ -1,7 +1,8 @@
-// The distributed runtime of one process: how it was launched (mpirun / `loom launch`, or
-// alone), MPI start-up and shut-down, the world group, and the failure path. A rank that fails
-// must take every rank down with its message (DESIGN.md "Errors"), never leave them waiting in a
-// collective: run_guarded() catches, prints "[rank R] error: ..." and aborts the world.
+// The distributed runtime of one process: how it was launched (mpirun / `loom launch`, or alone),
+// MPI start-up and shut-down, the world group, and the failure path. A rank that fails must take
+// every rank down with its message (docs/distributed.md "Failure behaviour"), never leave them
+// waiting in a collective: run_guarded() catches, prints "[rank R] error: ..." and aborts the
+// world.
 #pragma once
 
 #include <functional>

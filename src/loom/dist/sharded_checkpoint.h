@@ -1,14 +1,14 @@
-// Distributed checkpoints in the reference layout (semantics.md §1.4): every rank writes the
-// local tensors it holds into its own <prefix>-model|opt-<rank>-<world>.safetensors under the
-// plain tensor names; rank 0 writes metadata.json with each tensor's global shape and every
-// chunk's global offset, and, per chunk, which files hold it ("storage_data", keyed like the
+// Distributed checkpoints in MindFormers' layout (docs/distributed.md "Checkpoints"): every rank
+// writes the local tensors it holds into its own <prefix>-model|opt-<rank>-<world>.safetensors
+// under the plain tensor names; rank 0 writes metadata.json with each tensor's global shape and
+// every chunk's global offset, and, per chunk, which files hold it ("storage_data", keyed like the
 // reference: "('<name>', (<offset>, ...))"). A chunk is one piece of a placement (nn/placement.h):
 // a local tensor that is one box of the global tensor is one chunk, as in the reference; a local
 // tensor made of several boxes (a block-sharded fused tensor) is stored whole and each of its
 // chunks records where it sits in the stored tensor ("local_offset", a Loom extension). Loading
-// reads metadata.json and copies, for each tensor this rank needs, the overlap of every saved
-// chunk with every piece it holds now: a checkpoint saved under any layout loads under any other
-// (4 ranks → 2 → 1 and back). A checkpoint without metadata.json (one process) holds full tensors.
+// reads metadata.json and copies, for each tensor this rank needs, the overlap of every saved chunk
+// with every piece it holds now: a checkpoint saved under any layout loads under any other (4 ranks
+// → 2 → 1 and back). A checkpoint without metadata.json (one process) holds full tensors.
 //
 // remove_redundancy: a chunk held by several ranks (HSDP replicas, replicated buffers) is
 // written once, by the holder with the fewest bytes assigned so far (BalancedSaveStrategy), so

@@ -1,8 +1,8 @@
-// Tensor parallelism with sequence parallelism (Megatron-SP; spec parallel_training.md §2, §6;
-// reference/parallel.md §1), applied to a built CausalLM from outside over the mesh axis "tp".
-// The model files know nothing of it: this file splits parameters (recording each split in
-// Parameter::placement), wraps module forwards and named operations, and installs the
-// vocabulary-split head loss.
+// Tensor parallelism with sequence parallelism (Megatron-SP: Korthikanti et al., "Reducing
+// Activation Recomputation in Large Transformer Models"; spec parallel_training.md §2, §6), applied
+// to a built CausalLM from outside over the mesh axis "tp". The model files know nothing of it:
+// this file splits parameters (recording each split in Parameter::placement), wraps module forwards
+// and named operations, and installs the vocabulary-split head loss.
 //
 // Activations are [B, S, D]. Between the blocks every rank holds its 1/t of the sequence,
 // [B, S/t, D] (norms, residual adds and the MoE layer run there); each attention and dense MLP
@@ -53,8 +53,8 @@
 namespace loom::dist {
 
 // Splits `model` (an nn::CausalLM, on the meta device or materialised: values are kept) over the
-// mesh's "tp" group. Apply it first (DESIGN.md order), before the memory policy and FSDP. The
-// sizes it splits must divide by tp (the configuration checks them with the spec's messages);
+// mesh's "tp" group. Apply it first (dist/parallelize.h order), before the memory policy and FSDP.
+// The sizes it splits must divide by tp (the configuration checks them with the spec's messages);
 // ShapeError naming the module otherwise.
 void apply_tensor_parallel(nn::Module& model, DeviceMesh& mesh);
 

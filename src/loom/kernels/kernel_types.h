@@ -22,8 +22,8 @@ struct AttentionMask {
   bool causal = true;
   // Position of query row 0 relative to key row 0: query row i sits at position i + q_offset.
   int64_t q_offset = 0;
-  // Optional int32/int64 [B, K]: ascending exclusive document ends in key positions (the
-  // compressed actual_seq_len of semantics.md §5.4, padded with Sk). Document d spans
+  // Optional int32/int64 [B, K]: ascending exclusive document ends in key positions (the compressed
+  // actual_seq_len of MindFormers' create_compressed_eod_mask, padded with Sk). Document d spans
   // [ends[d-1], ends[d]) (ends[-1] = 0). A query at position p sees only keys of the document
   // holding p; positions at or past the last end, or before 0, belong to no document and see
   // nothing (as packed-sequence flash attention leaves tokens past actual_seq_len out).

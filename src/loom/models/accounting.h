@@ -1,10 +1,10 @@
 // Parameter counts and training FLOPs per token, from the configuration alone (no model needed),
-// for MFU: FLOPs/token = 6·N_matmul + 6·S·Σ_layers H·(d_qk + d_v), where N_matmul counts every
-// 2-D weight a token goes through in a matmul (the LM head included, the input embedding not; for
-// MoE only the router, the k routed experts it uses and the shared experts) and the attention term
-// is the forward QKᵀ and PV products (2·S·H·d each) tripled for training, as
-// shared/bench/README.md writes it (12·L·d_model·S for standard attention, causal mask not
-// discounted). MTP depths add their eh_proj, layer and one more LM-head product.
+// for MFU: FLOPs/token = 6·N_matmul + 6·S·Σ_layers H·(d_qk + d_v), where N_matmul counts every 2-D
+// weight a token goes through in a matmul (the LM head included, the input embedding not; for MoE
+// only the router, the k routed experts it uses and the shared experts) and the attention term is
+// the forward QKᵀ and PV products (2·S·H·d each) tripled for training, as PaLM's MFU formula writes
+// it (Chowdhery et al.: 12·L·d_model·S for standard attention, causal mask not discounted).
+// MTP depths add their eh_proj, layer and one more LM-head product.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// `loom convert`: HF folders ↔ Loom model checkpoints (semantics.md §1.4 file naming).
+// `loom convert`: HF folders ↔ Loom model checkpoints (MindFormers' checkpoint file naming).
 //
 //   from HF: <out>/checkpoint-model-0000000-0000001.safetensors (Loom names, the folder is a valid
 //            checkpoint.load_path) + <out>/model_config.json (the model section, HF names); the

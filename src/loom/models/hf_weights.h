@@ -1,7 +1,8 @@
-// Weight names and layouts between Loom (docs/models.md naming) and HF transformers
-// (semantics.md §7): q/k/v/o projections, qk-norms, MLA projections, gate|up fused into
-// linear_fc1, per-expert HF matrices stacked and transposed into experts.weight1/weight2, the
-// router and its correction bias, DeepSeek-V3 MTP layers stored as model.layers.{L+k}.
+// Weight names and layouts between Loom (docs/models.md naming) and HF transformers (their
+// modeling_llama, modeling_qwen3(_moe) and modeling_deepseek_v3 names): q/k/v/o projections,
+// qk-norms, MLA projections, gate|up fused into linear_fc1, per-expert HF matrices stacked and
+// transposed into experts.weight1/weight2, the router and its correction bias, DeepSeek-V3 MTP
+// layers stored as model.layers.{L+k}.
 #pragma once
 
 #include <map>

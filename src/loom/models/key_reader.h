@@ -1,5 +1,5 @@
 // Reads the `model:` section (nlohmann::ordered_json) by key with aliases: a field may be written
-// under its HF config.json name or a MindFormers alias (semantics.md §4). Both given with
+// under its HF config.json name or a MindFormers alias (docs/models.md "Keys"). Both given with
 // different values is a problem naming both keys; null counts as absent (HF writes
 // "q_lora_rank": null). Problems are collected, never thrown, so one reading reports every bad
 // key of the section; a key with a problem reads as absent. Every key looked up is remembered so

@@ -1,8 +1,8 @@
 // ModelArgs: the typed `model:` section. Built from HF config.json names or the MindFormers aliases
-// of semantics.md §4 (both accepted; both given and different is an error naming both keys), with
-// the HF config-class defaults of the chosen architecture for anything not given, except the
-// sizes that define the model (vocab_size, hidden_size, num_hidden_layers, num_attention_heads and,
-// when a dense layer exists, intermediate_size), which are required.
+// of MindFormers' transformer_config_utils.py (both accepted; both given and different is an error
+// naming both keys), with the HF config-class defaults of the chosen architecture for anything not
+// given, except the sizes that define the model (vocab_size, hidden_size, num_hidden_layers,
+// num_attention_heads and, when a dense layer exists, intermediate_size), which are required.
 //
 // Architectures (model_type ↔ architectures): llama ↔ LlamaForCausalLM, qwen3 ↔
 // Qwen3ForCausalLM, qwen3_moe ↔ Qwen3MoeForCausalLM, deepseek_v3 ↔ DeepseekV3ForCausalLM.

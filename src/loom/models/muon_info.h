@@ -1,7 +1,8 @@
-// What Muon needs from the model (semantics.md §2.2): how each fused weight is cut into the
-// pieces that get their own Newton–Schulz (per head for the MLA up-projections, gate/up halves
-// of linear_fc1, per expert and gate/up halves for experts.weight1), and, for QK-clip, the names
-// of each MLA layer's q and kv up-projections with the running per-head max logits.
+// What Muon needs from the model (MindFormers' make_model_muon_fns and QK-clip): how each fused
+// weight is cut into the pieces that get their own Newton–Schulz (per head for the MLA
+// up-projections, gate/up halves of linear_fc1, per expert and gate/up halves for experts.weight1),
+// and, for QK-clip, the names of each MLA layer's q and kv up-projections with the running per-head
+// max logits.
 //
 // The pieces are the same rectangles optim::MuonSplitSchema::standard(dims) produces for these
 // names (tests/models/test_model_support.cpp checks that for every parameter); the trainer builds

@@ -1,4 +1,4 @@
-// Safetensors files (the format of HF weights and of Loom checkpoints, semantics.md §1.4):
+// Safetensors files (Hugging Face's format, of HF weights and of Loom checkpoints):
 // u64-LE header length N, N bytes of JSON {name: {dtype, shape, data_offsets: [b, e]},
 // "__metadata__": {str: str}}, then the raw little-endian tensor bytes.
 //

@@ -1,7 +1,7 @@
-// Gradient injection for auxiliary losses (Megatron's MoEAuxLossAutoScaler / MTPLossAutoScaler,
-// semantics.md §7.1): the MoE balance losses and the MTP loss train the model without being added
-// to the logged LM loss. attach_auxiliary_loss(x, aux, scale) returns x unchanged; when backward
-// reaches it, aux receives the gradient `scale` (dL_total/daux) besides x's own gradient.
+// Gradient injection for auxiliary losses (Megatron's MoEAuxLossAutoScaler / MTPLossAutoScaler):
+// the MoE balance losses and the MTP loss train the model without being added to the logged LM
+// loss. attach_auxiliary_loss(x, aux, scale) returns x unchanged; when backward reaches it, aux
+// receives the gradient `scale` (dL_total/daux) besides x's own gradient.
 #pragma once
 
 #include "loom/core/tensor.h"

@@ -6,7 +6,7 @@
 // or replaces this module's forward with a variant (ring, all-gather-KV, Ulysses) that takes the
 // same q, k, v and doc_ends, reading the scale and mask kind from options().
 //
-// It also keeps the Muon QK-clip statistic (semantics.md §2.2; MindFormers' `max_logits_val`):
+// It also keeps the Muon QK-clip statistic (MindFormers' `max_logits_val`):
 // while tracking, every forward folds the per-head max of scale·q·k into a running fp32 [heads]
 // maximum until reset. Recomputed forwards (activation checkpointing) do not count again.
 #pragma once

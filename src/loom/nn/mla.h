@@ -1,5 +1,5 @@
-// Multi-latent attention (DeepSeek-V2/V3, semantics.md §7.1), H heads, dn = qk_nope_head_dim,
-// dr = qk_rope_head_dim, dv = v_head_dim:
+// Multi-latent attention (DeepSeek-V2/V3; DeepSeek-V3's inference/model.py MLA), H heads, dn =
+// qk_nope_head_dim, dr = qk_rope_head_dim, dv = v_head_dim:
 //   q         = linear_qb(q_layernorm(linear_qa x))   (q_lora_rank > 0; else linear_q x)  [B,S,H,dn+dr]
 //   c, k_pe   = split(linear_kva x, [kv_lora_rank, dr]);  k_pe: ONE rope key shared by all heads
 //   k_nope, v = split(linear_kvb(kv_layernorm c) [B,S,H,dn+dv], [dn, dv])

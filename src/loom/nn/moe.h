@@ -1,4 +1,4 @@
-// Mixture-of-experts layer (semantics.md §7.1, §7.2), in the four steps strategies attach to:
+// Mixture-of-experts layer (DeepSeek-V3, Qwen3-MoE), in the four steps strategies attach to:
 //   route    router: top-k experts and weights of every token (over all E experts)
 //   dispatch token_dispatcher: token copies grouped by expert (expert parallelism wraps this)
 //   compute  experts: grouped SwiGLU over the experts this module holds, `experts.weight1`

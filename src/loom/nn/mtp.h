@@ -1,5 +1,6 @@
-// DeepSeek-V3 multi-token prediction layer (semantics.md §7.1). Depth k combines the previous
-// depth's hidden states with the embedding of the token k positions ahead:
+// DeepSeek-V3 multi-token prediction layer (DeepSeek-V3 technical report; MindFormers'
+// multi_token_prediction.py). Depth k combines the previous depth's hidden states with the
+// embedding of the token k positions ahead:
 //   h' = eh_proj([enorm(Emb(t_{i+k})) ; hnorm(h^{k-1}_i)])     (embedding first, as MindFormers)
 //   h^k = transformer_layer(h');  logits via final_layernorm and the shared output head.
 #pragma once

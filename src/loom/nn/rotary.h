@@ -1,6 +1,6 @@
 // Rotary position embedding shared by a model's attention layers: one cos/sin table (rope_theta,
 // rope_scaling: linear, YaRN, or HF "llama3" bands), grown on demand when a batch reaches past
-// it, applied rotate-half (Llama/Qwen) or interleaved (DeepSeek reference, semantics.md §7.1).
+// it, applied rotate-half (Llama/Qwen) or interleaved (DeepSeek-V3's inference/model.py).
 #pragma once
 
 #include <memory>

@@ -1,4 +1,4 @@
-// MoE top-k router (semantics.md §7.1 "MoE gate", MindFormers TopKRouter, HF Qwen3-MoE gate):
+// MoE top-k router (DeepSeek-V3's Gate, MindFormers TopKRouter, HF Qwen3-MoE gate):
 //   s      = softmax(x Wᵀ) or sigmoid(x Wᵀ), in router_dense_type
 //   choice = s + expert_bias                 (bias only for selection; aux-loss-free balancing)
 //   groups : with n_group > 1, keep the topk_group groups with the largest sum of their top-2

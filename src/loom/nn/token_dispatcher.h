@@ -1,6 +1,6 @@
 // MoE token dispatcher (`mlp.token_dispatcher`, Megatron's name): moves token copies to their
 // experts and back. Its two steps are named operations of this module (nn/module.h), so expert
-// parallelism attaches from outside by wrapping them (parallel.md §4.2) while the MoE layer
+// parallelism attaches from outside by wrapping them (dist/expert_parallel.h) while the MoE layer
 // stays the same:
 //
 //   "dispatch"  inputs  {x [T, hidden], indices int64 [T, K], weights [T, K]}

@@ -1,5 +1,5 @@
-// Everything the decoder layers need to know, typed. models::ModelArgs fills it from the
-// `model:` section (HF config.json names or MindFormers aliases, semantics.md §4) and adds the
+// Everything the decoder layers need to know, typed. models::ModelArgs fills it from the `model:`
+// section (HF config.json names or MindFormers aliases, docs/models.md "Keys") and adds the
 // registry facts; nn layers read only this struct.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Scaled dot-product attention, flash-style (issue 2, item 4; DESIGN.md "ops"): never stores the
+// Scaled dot-product attention, flash-style (FlashAttention, Dao et al.): never stores the
 // Sq×Sk score matrix, keeps only the per-row log-sum-exp for backward.
 #pragma once
 
@@ -9,19 +9,18 @@
 namespace loom::ops {
 
 struct AttentionOptions {
-  // 0 ⇒ 1/sqrt(head dim of q). MLA passes its own (semantics.md §7.1: YaRN mscale² / sqrt(192)).
+  // 0 ⇒ 1/sqrt(head dim of q). MLA passes its own (DeepSeek-V3 with YaRN: mscale² / sqrt(192)).
   double softmax_scale = 0;
   bool causal = true;
   // Position of q row 0 relative to k row 0 (context parallel): with causal, row i sees keys
   // j <= i + q_offset.
   int64_t q_offset = 0;
   // Optional int32/int64 [B, K]: per sample, ascending exclusive end positions of the packed
-  // documents (the compressed actual_seq_len of semantics.md §5.4, padded with the key sequence
+  // documents (MindFormers' compressed actual_seq_len, padded with the key sequence
   // length). A query sees only keys of its own document; positions at or past the last end belong
   // to no document and see nothing.
   Tensor doc_ends;
-  // Also return the per-head max of the scaled logits over unmasked entries (Muon QK-clip,
-  // semantics.md §2.2).
+  // Also return the per-head max of the scaled logits over unmasked entries (Muon QK-clip).
   bool track_max_logits = false;
 };
 

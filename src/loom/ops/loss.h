@@ -1,4 +1,4 @@
-// Token-mean cross-entropy as MindFormers' CrossEntropyLoss (semantics.md §1.2):
+// Token-mean cross-entropy as MindFormers' CrossEntropyLoss:
 //   loss = Σ ce_t · mask_t / (Σ mask_t + 1e-8),  mask = loss_mask · (labels != ignore_index).
 // The loss is a float32 scalar (float64 for f64 inputs) whatever the logits' dtype.
 #pragma once
@@ -10,7 +10,7 @@
 
 namespace loom::ops {
 
-// The denominator's epsilon (semantics.md §1.2).
+// The denominator's epsilon (MindFormers' CrossEntropyLoss).
 constexpr double kLossMaskEpsilon = 1e-8;
 
 // Σ mask: the tokens the loss of (labels, loss_mask) averages over, as a double (the same row

@@ -1,6 +1,6 @@
-// Differentiable MoE dispatch (semantics.md §7.1 MoE gate; MindFormers experts weight1/weight2
-// as [E, hidden, 2·ffn] / [E, ffn, hidden]): group token copies by expert, run one GEMM per
-// expert over its contiguous rows, and combine the results back with the routing weights.
+// Differentiable MoE dispatch (DeepSeek-V3's y = Σ_k w_k · Expert_k(x); MindFormers experts
+// weight1/weight2 as [E, hidden, 2·ffn] / [E, ffn, hidden]): group token copies by expert, run one
+// GEMM per expert over its contiguous rows, and combine the results back with the routing weights.
 #pragma once
 
 #include <cstdint>

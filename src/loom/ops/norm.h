@@ -1,5 +1,5 @@
 // Differentiable RMSNorm and LayerNorm over the last dim (MindFormers FusedRMSNorm /
-// FusedLayerNorm, other_training_features.md §3; Qwen3 RMSNorm in fp32, semantics.md §7.2).
+// FusedLayerNorm, spec other_training_features.md §3; Qwen3 RMSNorm in fp32, as HF's Qwen3RMSNorm).
 // They work on any leading dims, so per-head qk-norm is rms_norm(q [B, S, H, hd], w [hd]).
 #pragma once
 

@@ -1,4 +1,4 @@
-// Rotary position embeddings (semantics.md §7.1 DeepSeek-V3 YaRN + interleaved pairs, §7.2 Qwen3
+// Rotary position embeddings (RoFormer; DeepSeek-V3's YaRN + interleaved pairs, HF Qwen3's
 // rotate-half): a table builder with none / linear / YaRN frequency scaling, and the
 // differentiable rope op. The backward of a rotation by θ is the rotation by −θ.
 #pragma once

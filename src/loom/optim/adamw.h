@@ -1,5 +1,6 @@
-// AdamW (semantics §2.1, spec training_hyperparameters.md §1.1) with decoupled weight decay,
-// bias corrections and fp32 master weights. One fused pass per parameter.
+// AdamW (Loshchilov & Hutter, as MindFormers' pynative/optimizer/adamw.py computes it; spec
+// training_hyperparameters.md §1.1) with decoupled weight decay, bias corrections and fp32 master
+// weights. One fused pass per parameter.
 #pragma once
 
 #include <array>

@@ -1,4 +1,4 @@
-// The global gradient norm and clipping of the training step (semantics §1.2
+// The global gradient norm and clipping of the training step (MindFormers'
 // _calculate_global_grad_norm; spec other_training_features.md §2).
 //
 //   total_sq = Σ_p sum(g_p²) / replica_factor(p)       (per-tensor sums in fp64, fixed order)

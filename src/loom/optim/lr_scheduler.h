@@ -1,7 +1,8 @@
-// Learning-rate schedules (semantics §3, spec training_hyperparameters.md §2). A schedule is a
-// pure function of the optimizer step: lr_at(t) with t = the optimizer's global_step BEFORE the
-// increment (0 for the first update). The math is float32 in the reference's operation order so
-// the values match MindFormers' to the last bit; lr_at returns that float widened to double.
+// Learning-rate schedules (MindFormers' core/lr/lr_schedule.py, spec training_hyperparameters.md
+// §2). A schedule is a pure function of the optimizer step: lr_at(t) with t = the optimizer's
+// global_step BEFORE the increment (0 for the first update). The math is float32 in the reference's
+// operation order so the values match MindFormers' to the last bit; lr_at returns that float
+// widened to double.
 //
 // Types (and lower-case aliases): ConstantWarmUpLR (constant_with_warmup), LinearWithWarmUpLR
 // (linear), CosineWithWarmUpLR (cosine), CosineWithRestartsAndWarmUpLR (cosine_with_restarts),

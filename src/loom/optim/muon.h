@@ -1,7 +1,8 @@
-// Muon (semantics §2.2, spec training_hyperparameters.md §1.2): momentum (+ Nesterov), bf16
-// Newton–Schulz orthogonalisation per piece of the model's split schema, update scaled by
-// lr·sqrt(max(a, b))·matched_adamw_rms, decoupled weight decay, an AdamW fallback for
-// embeddings/output layer/1-D parameters, and QK-clip on the MLA up-projections.
+// Muon (MindFormers' pynative/optimizer/muon.py, after Moonlight's; spec
+// training_hyperparameters.md §1.2): momentum (+ Nesterov), bf16 Newton–Schulz orthogonalisation
+// per piece of the model's split schema, update scaled by lr·sqrt(max(a, b))·matched_adamw_rms,
+// decoupled weight decay, an AdamW fallback for embeddings/output layer/1-D parameters, and QK-clip
+// on the MLA up-projections.
 //
 // Sharded parameters (muon_sharding.h): the 2-D/3-D rule, the split schema and the scales read
 // the GLOBAL shape; Newton–Schulz always runs on whole matrices; momentum, the update and QK-clip

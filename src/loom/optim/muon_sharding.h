@@ -1,5 +1,5 @@
 // Muon on sharded parameters (spec training_hyperparameters.md §1.2 `comm_strategy`,
-// reference/parallel.md §5). Newton–Schulz is not equivalent on a shard, so every split-schema
+// MindFormers' muon.py). Newton–Schulz is not equivalent on a shard, so every split-schema
 // piece is orthogonalised as the whole (global) matrix, while everything else stays local:
 //
 //   each rank    M = μM + G and U on its own shard (every rank keeps its own muon_m shard)

@@ -1,6 +1,6 @@
 // How Muon cuts a fused weight into the pieces that get their own Newton–Schulz and their own
-// sqrt(max(a, b)) scale (semantics §2.2 "Split schema"). A piece is a rectangle of every matrix
-// of the parameter (3-D parameters are batches of matrices along dim 0).
+// sqrt(max(a, b)) scale (the split schema of MindFormers' make_model_muon_fns). A piece is a
+// rectangle of every matrix of the parameter (3-D parameters are batches of matrices along dim 0).
 //
 // Built-in rules, for Loom's parameter names (docs/models.md), first match wins:
 //   *mlp.experts.weight1*  [E, hidden, 2·ffn]  gate columns | up columns of each expert

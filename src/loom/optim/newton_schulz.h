@@ -1,5 +1,5 @@
-// Muon's Newton–Schulz coefficient schedule (semantics §2.2): one (a, b, c) triplet per
-// iteration, parsed from optimizer.ns_coefficients. The iteration itself is a kernel
+// Muon's Newton–Schulz coefficient schedule (MindFormers' _normalize_ns_schedule): one (a, b, c)
+// triplet per iteration, parsed from optimizer.ns_coefficients. The iteration itself is a kernel
 // (kernels/cpu/newton_schulz.h, reached through the kernel table's muon_orthogonalize).
 #pragma once
 

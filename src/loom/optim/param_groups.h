@@ -1,8 +1,8 @@
-// Which parameters get weight decay (semantics §1.2 get_param_groups). Per trainable parameter:
-// an include-rule hit turns decay on; else an exclude-rule hit turns it off; else it is off for
-// 1-D parameters, names ending ".bias", names the model lists as no-decay, or names containing a
-// model no-decay keyword; otherwise on. A rule matches a name exactly, as a substring, or as an
-// fnmatch glob ("*norm*").
+// Which parameters get weight decay (MindFormers' trainer/utils.py get_param_groups). Per trainable
+// parameter: an include-rule hit turns decay on; else an exclude-rule hit turns it off; else it is
+// off for 1-D parameters, names ending ".bias", names the model lists as no-decay, or names
+// containing a model no-decay keyword; otherwise on. A rule matches a name exactly, as a substring,
+// or as an fnmatch glob ("*norm*").
 #pragma once
 
 #include <string>

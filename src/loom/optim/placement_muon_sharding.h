@@ -1,5 +1,5 @@
 // Muon's whole-matrix view of a parallel layout (muon_sharding.h), built from the parameters'
-// placements and the device mesh (reference/parallel.md §5, spec training_hyperparameters.md
+// placements and the device mesh (MindFormers' muon.py, spec training_hyperparameters.md
 // §1.2 `comm_strategy`): what the trainer hands Muon when the strategies have sharded the model.
 //
 // Split matrices and their holders. A Muon parameter is split when its placement shards one of
@@ -20,7 +20,7 @@
 //   allgather               each holder's U travels as bf16 (exact: U holds bf16 values), padded
 //                           to the largest holder's size, in one all_gather over the holder group;
 //                           every holder places every box, runs Newton–Schulz, keeps its slice.
-//   allgather_deredundency  three phases (reference/parallel.md §5): the holders send their U to
+//   allgather_deredundency  three phases (MindFormers' muon.py): the holders send their U to
 //                           the owner, matrix by matrix (the owner receives in group rank order);
 //                           every owner runs Newton–Schulz on the matrices it owns, all ranks at
 //                           once; the owners send each holder its slice of the (bf16-valued,

@@ -1,8 +1,9 @@
-// QK-clip (MuonClip, semantics §2.2): after the Muon updates, when the largest per-head
-// attention logit of the step reached the threshold τ, shrink the q and k up-projections of the
-// offending heads so their logits fall back to τ. Per head h with S_h >= τ: γ = τ / S_h;
-// q_nope rows × sqrt(γ), q_pe rows × γ (in linear_qb, or linear_q without q-LoRA), k_nope rows
-// × sqrt(γ) (in linear_kvb); v rows and the shared k_pe are untouched. fp32 math on the masters.
+// QK-clip (MuonClip of the Kimi K2 report, as MindFormers' Muon applies it): after the Muon
+// updates, when the largest per-head attention logit of the step reached the threshold τ, shrink
+// the q and k up-projections of the offending heads so their logits fall back to τ. Per head h with
+// S_h >= τ: γ = τ / S_h; q_nope rows × sqrt(γ), q_pe rows × γ (in linear_qb, or linear_q without
+// q-LoRA), k_nope rows × sqrt(γ) (in linear_kvb); v rows and the shared k_pe are untouched. fp32
+// math on the masters.
 //
 // Under sharding a rank holds some rows of a weight (FSDP rows, TP heads, or both): the maxima
 // still come per global head, and each rank scales the rows of its shard that belong to a clipped

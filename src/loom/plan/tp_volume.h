@@ -1,7 +1,7 @@
-// The bytes one rank sends in a tensor-parallel training step, counted from the collective sites
-// of dist/tensor_parallel.h as a function of the model configuration and t = tensor_parallel —
-// the per-layer table of reference/parallel.md §1.2 (and §1.4–1.8) written out — so that
-// bench_tp can hold it against what the ProcessGroups counted.
+// The bytes one rank sends in a tensor-parallel training step, counted from the collective sites of
+// dist/tensor_parallel.h as a function of the model configuration and t = tensor_parallel —
+// Megatron-SP's all-gather / reduce-scatter per column- and row-parallel linear, written out — so
+// that bench_tp can hold it against what the ProcessGroups counted.
 //
 // Convention: ProcessGroup's CommStats count the payload bytes this rank hands to point-to-point
 // transfers. Its MPI collectives (dist/mpi_process_group.cpp) move, for t ranks:
@@ -31,7 +31,7 @@
 //   loss            per chunk of c tokens (kernels linear_cross_entropy_chunk over V/t rows): an
 //                   all-reduce of c row maxima, one of 2c (Σexp, target logit) | —
 //   parameters      — | all-reduce of the grad of every parameter left whole on the tp ranks
-//                   (Partial, §1.4): norms, qk-norms, row-parallel biases, MLA's down-projections
+//                   (Partial): norms, qk-norms, row-parallel biases, MLA's down-projections
 //                   and latent norms, router, experts, shared experts, MTP's norms and eh_proj
 //   recompute_comm  with '.*\.all_gather' selected, each gather of a layer runs once more in backward
 //   after the step  all-reduce of the routing counts, int64 [E] per MoE layer

@@ -1,4 +1,4 @@
-// Reading the checkpoints train/checkpoint.h writes, in the reference layout (semantics.md §1.4):
+// Reading the checkpoints train/checkpoint.h writes, in MindFormers' layout:
 //
 //   <save_path>/latest_checkpointed_iteration.txt     "<iteration>", written last
 //   <save_path>/iteration_00000100/

@@ -1,7 +1,8 @@
-// The pipeline schedules (spec parallel_training.md §4.2; reference/parallel.md §3): the order in
-// which one pp rank runs the forwards and backwards of its model chunks (dist/pipeline.h) over
-// the step's m micro-batches, m = the accumulation steps (global_batch_size / (data_parallel ·
-// local_batch_size); pipeline_parallel_microbatch_size is overwritten by it, as the spec says).
+// The pipeline schedules (spec parallel_training.md §4.2; Megatron's forward_backward_pipelining_*,
+// PyTorch's Schedule1F1B / ScheduleInterleaved1F1B): the order in which one pp rank runs the
+// forwards and backwards of its model chunks (dist/pipeline.h) over the step's m micro-batches, m =
+// the accumulation steps (global_batch_size / (data_parallel · local_batch_size);
+// pipeline_parallel_microbatch_size is overwritten by it, as the spec says).
 //
 // 1F1B (v = 1; Megatron's forward_backward_pipelining_without_interleaving). Rank i of p:
 //   warm-up    w = min(p - 1 - i, m) forwards

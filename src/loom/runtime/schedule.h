@@ -1,7 +1,7 @@
-// Schedules own the micro-batch loop of one step (DESIGN.md "Schedules"). The trainer, the
-// evaluator and the generator ask for a step and never assume one forward per micro-batch: a
-// pipeline schedule runs stage chunks of several micro-batches interleaved and exchanges
-// activations (and, training, their grads) with the neighbouring stages.
+// Schedules own the micro-batch loop of one step. The trainer, the evaluator and the generator ask
+// for a step and never assume one forward per micro-batch: a pipeline schedule runs stage chunks of
+// several micro-batches interleaved and exchanges activations (and, training, their grads) with the
+// neighbouring stages.
 //
 // Two modes, under every layout:
 //   train  forward, loss and backward of the step's A micro-batches, and the accumulation of
@@ -12,7 +12,7 @@
 //          (Megatron's forward_only).
 //
 // The plain schedule runs the micro-batches one after another on the whole model (the
-// reference's _forward_backward, semantics.md §1.2):
+// reference's training_step and _forward_backward in MindFormers' trainer.py):
 //
 //   for each of the A micro-batches:  loss = forward(batch);  backward(loss · s / A)   (train)
 //

@@ -1,4 +1,4 @@
-// Checkpoints in the reference layout (semantics.md §1.4):
+// Checkpoints in MindFormers' layout (its checkpoint/checkpoint.py):
 //
 //   <save_path>/latest_checkpointed_iteration.txt     "<iteration>", written last (tmp + rename)
 //   <save_path>/iteration_00000100/

@@ -1,6 +1,7 @@
-// The training loop of the reference trainer (semantics.md §1.2), the same on one process and on
-// many. It takes the model from a runtime::ModelRuntime (mesh, parallel model, schedule), builds
-// the rest of a run around it (data, optimizer, checkpoints, metrics, callbacks), then per step
+// The training loop of the reference trainer (MindFormers' Trainer; docs/training.md "The step"),
+// the same on one process and on many. It takes the model from a runtime::ModelRuntime (mesh,
+// parallel model, schedule), builds the rest of a run around it (data, optimizer, checkpoints,
+// metrics, callbacks), then per step
 //
 //   schedule   A = num_accumulation_steps micro-batches of forward + backward (runtime/schedule.h)
 //   grad norm  the global norm over every rank's local grads, and clipping (optim/grad_norm.h)

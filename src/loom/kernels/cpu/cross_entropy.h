@@ -1,5 +1,5 @@
-// Fused cross-entropy kernels (semantics.md §1.2: loss = Σ ce·mask / (Σ mask + 1e-8) with
-// mask = loss_mask · (label != ignore_index)).
+// Fused cross-entropy kernels (MindFormers' CrossEntropyLoss: loss = Σ ce·mask / (Σ mask + 1e-8)
+// with mask = loss_mask · (label != ignore_index)).
 //
 // cross_entropy_*: per-row max and log-sum-exp in fp32 over vocabulary chunks (an online
 // softmax: one read of the row, no [N, V] fp32 buffer for bf16 logits); backward writes

@@ -1,6 +1,7 @@
-// Newton–Schulz orthogonalisation for Muon (semantics §2.2), emulating the reference's bf16
-// tensors on a CPU: values are kept in fp32 buffers that only ever hold bf16-representable
-// numbers. Where the reference produces a bf16 tensor we round (nearest-even):
+// Newton–Schulz orthogonalisation for Muon (Keller Jordan's quintic iteration, as MindFormers'
+// muon.py runs it), emulating the reference's bf16 tensors on a CPU: values are kept in fp32
+// buffers that only ever hold bf16-representable numbers. Where the reference produces a bf16
+// tensor we round (nearest-even):
 //   input      X0 = bf16(U) (done by muon_momentum)
 //   normalise  n = bf16(‖X‖_F) (sum of squares in fp64), d = bf16(n + eps), X = bf16(X / d)
 //   per step   A = bf16(X·Xᵀ)                  (fp32 accumulation, like a bf16 GEMM)

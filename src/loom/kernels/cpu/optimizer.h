@@ -8,9 +8,9 @@
 // Both passes evaluate the same inline expressions, so the verdict is about the exact values.
 //
 // The arithmetic follows the reference's fp32 operation order (mindformers
-// pynative/optimizer/adamw.py::_run_adamw_opt, Muon in semantics §2.2), and this file is compiled
-// with -ffp-contract=off (kernels/CMakeLists.txt) so every operation rounds like the reference's
-// separate ops: GCC's default would fuse a*b+c into FMAs and change the last bit.
+// pynative/optimizer/adamw.py::_run_adamw_opt, Muon in pynative/optimizer/muon.py), and this file
+// is compiled with -ffp-contract=off (kernels/CMakeLists.txt) so every operation rounds like the
+// reference's separate ops: GCC's default would fuse a*b+c into FMAs and change the last bit.
 //
 // All tensors are contiguous; fp32 unless stated. Chunks run in parallel and never reduce across
 // threads, so results do not depend on the thread count.

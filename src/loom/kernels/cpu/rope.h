@@ -1,6 +1,6 @@
 // Rotary position embedding kernel. Pairs of dims are rotated by angle θ = position · inv_freq:
 // rotate-half pairs (i, i + R/2) as Llama/Qwen, or interleaved pairs (2i, 2i+1) as DeepSeek's
-// reference code (semantics.md §7.1). Only the first R dims rotate; the rest pass through.
+// reference code (inference/model.py). Only the first R dims rotate; the rest pass through.
 #pragma once
 
 #include "loom/core/tensor.h"

@@ -8,7 +8,7 @@
 //   everything else (fp32 compute, or bf16 widened to fp32 on the fp32 path): the fp32 FMA rate,
 //     2 FMA pipes × lanes × 2 FLOP, with 16 lanes where 512-bit FMA runs at full width (Intel
 //     AVX-512, AMD family >= 0x1A / Zen 5; Zen 4 runs AVX-512 on 256-bit halves) and 8 for
-//     AVX2+FMA (shared/bench/README.md's 2 × 32 × 2.45 GHz); 16 FLOP/cycle without FMA.
+//     AVX2+FMA (a 2-core Zen 3: 2 × 32 × 2.45 GHz); 16 FLOP/cycle without FMA.
 //
 // Assumed, because no flag says it: two FMA pipes per core (some Xeon Silver/Gold parts have one
 // 512-bit FMA unit, Zen 5 laptops split 512-bit FMA in two: their MFU reads low), and that the
