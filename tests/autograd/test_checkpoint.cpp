@@ -1,5 +1,5 @@
 // checkpoint(): keeps only the inputs, recomputes in backward with the RNG replayed, and gives
-// grads identical to running without it. (Issue 2, item 3/5.)
+// grads identical to running without it.
 #include <gtest/gtest.h>
 
 #include "loom/autograd/checkpoint.h"

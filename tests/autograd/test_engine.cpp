@@ -1,5 +1,5 @@
 // Autograd engine cases: shared inputs, diamonds, no-grad, hooks, non-leaf grads, the long chain,
-// main grads for bf16 leaves. (Issue 2, item 3/5.)
+// main grads for bf16 leaves.
 #include <gtest/gtest.h>
 #include <gtest/gtest-spi.h>
 

@@ -1,4 +1,4 @@
-// The effective configuration written as YAML (issue 3, "Overrides"): every default filled in,
+// The effective configuration written as YAML (docs/configuration.md): every default filled in,
 // loadable again to the same text, types kept for Loom and for PyYAML readers.
 #include <gtest/gtest.h>
 

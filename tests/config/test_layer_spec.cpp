@@ -85,7 +85,8 @@ TEST(LayerSpecs, AllProblemsOfAListAreReported) {
   EXPECT_EQ(count(e, "\n"), 2) << e;
 }
 
-// MTP layer i is layer num_layers + i (semantics §1.1): recompute/swap may address it.
+// MTP layer i is layer num_layers + i (MindFormers' activation_checkpoint.py): recompute/swap may
+// address it.
 TEST(LayerSpecs, MtpLayersCountAfterTheDecoderLayers) {
   const std::string model = "model:\n  model_type: x\n  num_hidden_layers: 4\n  num_nextn_predict_layers: 1\n";
   EXPECT_EQ(errors(model + "recompute:\n  mode: full\n  full_recompute_layer: ['0-4']\n"), "");

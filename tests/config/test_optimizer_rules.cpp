@@ -1,5 +1,5 @@
 // optimizer and lr_scheduler rules of training_hyperparameters.md (AdamW ranges, Muon
-// prerequisites, scheduler types and fields) and reference/semantics.md §2-§3.
+// prerequisites, scheduler types and fields) and MindFormers' optimizers and lr_schedule.py.
 #include <gtest/gtest.h>
 
 #include "config_test_util.h"
@@ -110,7 +110,7 @@ TEST(OptimizerRules, MuonWarnsAboutAdamWBetas) {
             std::string::npos);
 }
 
-// §2: the scheduler types of the registry and their lower-case aliases (semantics §3).
+// §2: the scheduler types of the registry and their lower-case aliases (lr_schedule.py).
 TEST(SchedulerRules, TypesAndAliases) {
   for (const char* type : {"ConstantWarmUpLR", "LinearWithWarmUpLR", "CosineWithWarmUpLR", "CosineWithRestartsAndWarmUpLR",
                            "PolynomialWithWarmUpLR"})
@@ -150,7 +150,7 @@ TEST(SchedulerRules, WarmupRatioWinsOverWarmupSteps) {
             std::string::npos);
 }
 
-// semantics §3 _get_lr_steps: warmup_steps None without warmup_ratio is a TypeError.
+// lr_schedule.py's _get_lr_steps: warmup_steps None without warmup_ratio is a TypeError.
 TEST(SchedulerRules, WarmupIsRequiredWhereItDefaultsToNone) {
   EXPECT_NE(errors("lr_scheduler:\n  type: LinearWithWarmUpLR\n").find("LinearWithWarmUpLR needs warmup_steps or "
                                                                        "warmup_ratio"),
@@ -158,7 +158,7 @@ TEST(SchedulerRules, WarmupIsRequiredWhereItDefaultsToNone) {
   EXPECT_EQ(errors("lr_scheduler:\n  type: CosineWithWarmUpLR\n"), "");  // warmup_steps defaults to 0 there
 }
 
-// semantics §3: WSD's decay_start_steps and the cool-down's decay_steps also default to None and
+// lr_schedule.py: WSD's decay_start_steps and the cool-down's decay_steps also default to None and
 // go through _get_lr_steps; check-config refuses what the trainer's build refuses.
 TEST(SchedulerRules, DecayStartAndCoolDownAreRequired) {
   EXPECT_NE(errors("lr_scheduler:\n  type: WarmUpStableDecayLR\n  warmup_steps: 0\n")
@@ -200,7 +200,7 @@ TEST(SchedulerRules, CosineAnnealingNeedsBaseLrAndTMax) {
             std::string::npos);
 }
 
-// semantics §3: Polynomial and WSD require learning_rate > lr_end.
+// lr_schedule.py: Polynomial and WSD require learning_rate > lr_end.
 TEST(SchedulerRules, DecayMustGoDown) {
   EXPECT_NE(errors("lr_scheduler:\n  type: PolynomialWithWarmUpLR\n  warmup_steps: 0\n  learning_rate: 1.e-7\n")
                 .find("(1.0e-07) must be greater than lr_end (1.0e-07) for PolynomialWithWarmUpLR"),

@@ -1,6 +1,6 @@
 // ParallelDims (loom/dist/parallel_dims.h): the spec's inference of dp_replicate / dp_shard,
 // the EP grid, rank coordinates, dataset shards and mesh groups (parallel_training.md,
-// reference/semantics.md §1.1 "Parallel dims"), and the world-size rules the configuration
+// MindFormers' parallel_dims.py), and the world-size rules the configuration
 // checks before it (config::world_size_problems, loom/config/parallel_layout.h).
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Defaults of every section (configuration.md tables, reference/semantics.md §1.1) and the
+// Defaults of every section (configuration.md tables, MindFormers' config.py dataclasses) and the
 // per-section rules (__post_init__ checks, required `type` fields, model identity).
 #include <gtest/gtest.h>
 
@@ -213,7 +213,7 @@ TEST(MonitorRules, MoeMonitorAndTensorboard) {
   EXPECT_NE(errors("monitor:\n  tensorboard:\n    log_interval: 0\n").find("must be >= 1"), std::string::npos);
 }
 
-// semantics §1.1: lr_scheduler.type, dataloader.type and callbacks[i].type default to None,
+// MindFormers' config.py: lr_scheduler.type, dataloader.type and callbacks[i].type default to None,
 // which the reference's type check rejects, so they are required.
 TEST(RequiredFields, SchedulerDataloaderCallbackType) {
   const std::string base = std::string(kModel);

@@ -1,7 +1,8 @@
-// Every YAML example of ../shared/spec/*.md is a fixture (tests/fixtures/config/spec/<doc>_<n>.yaml,
-// completed where the example is partial, as its header says) and behaves as its document says:
-// valid at the stated device count with the stated layout, and the documented invalid
-// combinations (an override away from the example) rejected with the documented message.
+// Every YAML example of the spec (spec/*.md) is a fixture
+// (tests/fixtures/config/spec/<doc>_<n>.yaml, completed where the example is partial, as its header
+// says) and behaves as its document says: valid at the stated device count with the stated layout,
+// and the documented invalid combinations (an override away from the example) rejected with the
+// documented message.
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -1,4 +1,4 @@
-// The reference's typing rules (reference/semantics.md §1.1 check_type, BaseConfig.from_dict):
+// The reference's typing rules (MindFormers' config/utils.py check_type, BaseConfig.from_dict):
 // unknown keys, bool vs int, float accepts int, lists are lists, None only for Optional, extras
 // kept in file order; and every error of a file reported at once with its position.
 #include <gtest/gtest.h>
@@ -88,7 +88,7 @@ TEST(Typing, IntIsNotABool) {
 TEST(Typing, FloatAcceptsInt) {
   LoadedConfig c = load("training:\n  max_norm: 2\noptimizer:\n  weight_decay: 0\n");
   EXPECT_DOUBLE_EQ(c.config.training.max_norm, 2.0);
-  // The reference rejects an int weight_decay (QUIRK, semantics §2.1); float accepts int here.
+  // The reference rejects an int weight_decay (QUIRK, docs/optimizers.md); float accepts int here.
   EXPECT_DOUBLE_EQ(c.config.optimizer.weight_decay, 0.0);
 }
 

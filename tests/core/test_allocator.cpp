@@ -1,5 +1,5 @@
 // Caching allocator: 64-byte alignment, size classes, current/peak/reserved stats, reuse, and the
-// separate host pool. (Issue 2, item 2/5.)
+// separate host pool.
 #include <gtest/gtest.h>
 
 #include "loom/core/allocator.h"

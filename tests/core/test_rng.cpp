@@ -1,5 +1,5 @@
 // Philox streams: known-answer test, independence from thread count and from how a tensor is
-// split into shards. (Issue 2, item 2.)
+// split into shards.
 #include <gtest/gtest.h>
 
 #include <cmath>

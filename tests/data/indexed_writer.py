@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""An independent Megatron .bin/.idx writer and reader built from the byte layout (semantics §5.1)
-with numpy and struct only, so the C++ reader and writer are checked against code that shares
-nothing with them.
+"""An independent Megatron .bin/.idx writer and reader built from the byte layout (Megatron's
+indexed_dataset.py) with numpy and struct only, so the C++ reader and writer are checked against
+code that shares nothing with them.
 
   indexed_writer.py write  SPEC.json PREFIX   write PREFIX.bin/.idx from the spec
   indexed_writer.py verify SPEC.json PREFIX   read PREFIX.bin/.idx and compare with the spec

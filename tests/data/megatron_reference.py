@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Megatron's GPTDataset index construction and __getitem__ written with numpy (semantics §5.4),
+"""Megatron's GPTDataset index construction and __getitem__ written with numpy (gpt_dataset.py),
 to check Loom's C++ port against real numpy.random.RandomState.
 
   megatron_reference.py shuffle SEED N

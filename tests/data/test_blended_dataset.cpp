@@ -1,5 +1,5 @@
-// Blending (semantics §5.5), blend lists, split strings and sizes (§5.3), and the dataset builder
-// that combines them.
+// Blending (Megatron's BlendedDataset), blend lists, split strings and sizes (its
+// BlendedMegatronDatasetBuilder), and the dataset builder that combines them.
 #include <gtest/gtest.h>
 
 #include "data_test_util.h"
@@ -13,7 +13,7 @@ using namespace loom::data;
 using namespace loom::data::testing_util;
 using loom::testing::TempDir;
 
-// §5.5 golden examples.
+// build_blending_indices by hand.
 TEST(Blending, GoldenExamples) {
   std::vector<int16_t> di;
   std::vector<int64_t> si;
@@ -25,7 +25,7 @@ TEST(Blending, GoldenExamples) {
   EXPECT_EQ(si, (std::vector<int64_t>{0, 0, 0, 1, 2, 1, 1, 3}));
 }
 
-// §5.5 exhaustive blending: every dataset contributes exactly its size, in proportion.
+// build_exhaustive_blending_indices: every dataset contributes exactly its size, in proportion.
 TEST(Blending, ExhaustiveDrawsEverySampleOnce) {
   std::vector<int16_t> di;
   std::vector<int64_t> si;
@@ -35,7 +35,7 @@ TEST(Blending, ExhaustiveDrawsEverySampleOnce) {
   EXPECT_EQ(si, (std::vector<int64_t>{0, 0, 0, 1, 1, 2}));
 }
 
-// §5.3 get_blend_from_list.
+// Megatron's get_blend_from_list.
 TEST(BlendSplit, BlendFromList) {
   Blend a = blend_from_list({"/data/a_text_document"});
   EXPECT_EQ(a.prefixes, (std::vector<std::string>{"/data/a_text_document"}));
@@ -60,7 +60,7 @@ TEST(BlendSplit, BlendFromList) {
   EXPECT_EQ(normalize_weights({1, 3}), (std::vector<double>{0.25, 0.75}));
 }
 
-// §5.3 split "949,50,1" and its book-ends.
+// Megatron's split "949,50,1" and its book-ends.
 TEST(BlendSplit, SplitStringAndMatrix) {
   const auto s = parse_split("949,50,1");
   EXPECT_DOUBLE_EQ(s[0], 0.949);
@@ -86,7 +86,7 @@ TEST(BlendSplit, SplitStringAndMatrix) {
   EXPECT_THROW(parse_split("0,0"), loom::ConfigError);
 }
 
-// §5.3 sizes: ceil(target * w * 1.005) per dataset (MindFormers' surplus).
+// Megatron's sizes: ceil(target * w * 1.005) per dataset (MindFormers' surplus).
 TEST(BlendSplit, SizesPerDatasetCarryTheSurplus) {
   const auto rows = sizes_per_dataset({0.3, 0.7}, {1000, 10, std::nullopt});
   EXPECT_EQ(*rows[0][0], 302);  // ceil(301.5)

@@ -1,5 +1,5 @@
 // The training loader (spec/configuration.md "train_dataset"; Megatron's pretraining sampler for
-// data-parallel order, semantics §5.5 end; resume by consumed_samples, §1.2).
+// data-parallel order; resume by consumed_samples, as MindFormers' trainer).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -254,8 +254,8 @@ TEST(DataLoader, PrefetchIsBounded) {
   EXPECT_GE(ds->max_index(), 1);
 }
 
-// MindFormers QUIRK (§5.4): a cached loss mask zeroed at one sample's pad labels leaks into later
-// samples. Loom builds every mask afresh: a sample without pad has a full loss mask.
+// MindFormers QUIRK (docs/data.md): a cached loss mask zeroed at one sample's pad labels leaks into
+// later samples. Loom builds every mask afresh: a sample without pad has a full loss mask.
 TEST(DataLoader, PadMaskDoesNotLeakIntoLaterSamples) {
   class PadThenClean : public TokenSampleDataset {
    public:

@@ -1,5 +1,6 @@
-// GPTDataset index construction and sample reading (semantics §5.4), its on-disk index cache, and
-// a comparison with a numpy implementation of Megatron (tests/data/megatron_reference.py).
+// GPTDataset index construction and sample reading (Megatron's gpt_dataset.py), its on-disk index
+// cache, and a comparison with a numpy implementation of Megatron
+// (tests/data/megatron_reference.py).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -58,7 +59,7 @@ std::vector<int64_t> stream_of(const IndexedDataset& ds, const std::vector<int32
 
 }  // namespace
 
-// §5.4 worked example: sizes [5,3,7], S=4, x=1, one epoch.
+// build_sample_idx by hand: sizes [5,3,7], S=4, x=1, one epoch.
 TEST(GptIndices, SampleIndexWorkedExample) {
   const std::vector<int32_t> sizes = {5, 3, 7};
   const std::vector<int32_t> doc_idx = {0, 1, 2};
@@ -72,7 +73,7 @@ TEST(GptIndices, SampleIndexWorkedExample) {
             (std::vector<int64_t>{0, 0, 0, 4, 1, 3, 2, 4}));
 }
 
-// §5.4 epochs and the separate final epoch.
+// _build_document_sample_shuffle_indices: epochs and the separate final epoch.
 TEST(GptIndices, EpochsAndSeparateFinalEpoch) {
   EXPECT_EQ(gpt_num_epochs(15, std::nullopt, 4, 1), 1);
   EXPECT_EQ(gpt_num_epochs(15, 3, 4, 1), 1);   // 13 tokens needed

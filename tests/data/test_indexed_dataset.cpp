@@ -1,5 +1,5 @@
 // Megatron indexed datasets: byte layout, every dtype, add_index, the numpy-written files, and
-// the errors for broken files (semantics §5.1).
+// the errors for broken files (Megatron's indexed_dataset.py).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -42,7 +42,7 @@ std::string error_of(F&& f) {
 
 }  // namespace
 
-// §5.1: header, int32 lengths, int64 pointers, int64 document indices, no padding.
+// indexed_dataset.py: header, int32 lengths, int64 pointers, int64 document indices, no padding.
 TEST(IndexedDataset, HandBuiltIdxIsByteExact) {
   TempDir dir;
   const std::string prefix = dir.file("hand");
@@ -80,7 +80,7 @@ TEST(IndexedDataset, HandBuiltIdxIsByteExact) {
   EXPECT_FALSE(ds.has_sequence_modes());
 }
 
-// §5.1 dtype codes 1..8 with each type's extreme values.
+// indexed_dataset.py dtype codes 1..8 with each type's extreme values.
 TEST(IndexedDataset, EveryDtypeRoundTrips) {
   TempDir dir;
   const std::vector<std::pair<TokenDType, std::vector<int64_t>>> cases = {
@@ -124,7 +124,7 @@ TEST(IndexedDataset, OptimalDtypeFollowsMegatron) {
   EXPECT_EQ(optimal_token_dtype(129280), TokenDType::i32);
 }
 
-// §5.1 add_index: offset + other.document_indices[1:], raw .bin copy.
+// IndexedDatasetBuilder.add_index: offset + other.document_indices[1:], raw .bin copy.
 TEST(IndexedDataset, AddIndexMergesDocumentsAndTokens) {
   TempDir dir;
   write_dataset(dir.file("a"), TokenDType::i32, {{{1, 2}, {3}}, {{4}}});

@@ -1,4 +1,5 @@
-// SentencePiece tokenizer, `loom tokenizer train` and `loom preprocess` (semantics §5.2).
+// SentencePiece tokenizer, `loom tokenizer train` and `loom preprocess` (Megatron's
+// tools/preprocess_data.py).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -80,8 +81,8 @@ TEST(Tokenizer, SpecialIdsAndRoundTrip) {
             std::string::npos);
 }
 
-// §5.2: {prefix}_{key}_document, one document per line, EOD appended to non-empty documents,
-// list values are sentences (empty ones dropped), empty documents kept as empty entries.
+// preprocess_data.py: {prefix}_{key}_document, one document per line, EOD appended to non-empty
+// documents, list values are sentences (empty ones dropped), empty documents kept as empty entries.
 TEST(Preprocess, WritesMegatronDocuments) {
   TempDir dir;
   const PreprocessResult r = preprocess_jsonl(preprocess_options(dir.file("out/corpus"), 1, true));

@@ -1,4 +1,4 @@
-// Training columns of one sample (semantics §5.4 `__getitem__`, `_get_ltor_masks_and_position_ids`,
+// Training columns of one sample (Megatron's `__getitem__`, `_get_ltor_masks_and_position_ids`,
 // `_get_eod_attention_mask`), checked against hand-computed values.
 #include <gtest/gtest.h>
 

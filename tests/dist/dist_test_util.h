@@ -57,8 +57,8 @@ inline nn::LMBatch micro_batch(int64_t vocab, int64_t B, int64_t S, int64_t inde
   return b;
 }
 
-// One process, `micro` micro-batches: backward(loss / micro) each (semantics.md §1.2 with A =
-// micro), grads accumulated. Returns Σ loss_i / micro and fills grads by name.
+// One process, `micro` micro-batches: backward(loss / micro) each (MindFormers' _forward_backward
+// with A = micro), grads accumulated. Returns Σ loss_i / micro and fills grads by name.
 inline double reference_step(nn::CausalLM& model, int64_t vocab, int64_t B, int64_t S, int64_t first, int64_t micro,
                              std::map<std::string, Tensor>* grads) {
   model.zero_grad();

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""TorchTitan-style parity of `loom train` across data-parallel layouts (semantics.md §6.3, issue 9
-item 7): fp32, training.deterministic, the same seed, data and global batch (8 samples) at every
-layout; runs go through mpirun exactly as users start them.
+"""TorchTitan-style parity of `loom train` across data-parallel layouts (as TorchTitan's
+loss_compare.py checks its layouts): fp32, training.deterministic, the same seed, data and global
+batch (8 samples) at every layout; runs go through mpirun exactly as users start them.
 
   curves   1 process (4 micro-batches), FSDP 2 (2 micro-batches each: accumulation + DP), FSDP 4,
            HSDP 2x2, FSDP 2 with reshard_after_forward never and cpu_offload, FSDP 2 under full
@@ -86,7 +86,7 @@ model:
 
 
 def write_indexed(prefix, tokens, lengths):
-    """A Megatron indexed dataset (semantics.md §5.1): uint16 `tokens` as sequences of `lengths`."""
+    """A Megatron indexed dataset (.bin/.idx): uint16 `tokens` as sequences of `lengths`."""
     import numpy as np
     with open(prefix + ".bin", "wb") as f:
         f.write(tokens.tobytes())
@@ -103,7 +103,7 @@ def write_indexed(prefix, tokens, lengths):
 
 
 def write_data(prefix, vocab=96, num_tokens=60000, doc_len=512):
-    """A Megatron indexed dataset (semantics.md §5.1) of token ramps with random restarts: text with
+    """A Megatron indexed dataset (.bin/.idx) of token ramps with random restarts: text with
     structure, so the loss moves."""
     import numpy as np
     rng = np.random.RandomState(7)
@@ -513,7 +513,7 @@ def deredundancy(args, work):
 
 def write_packed_data(prefix, vocab=96, eod=95, num_tokens=60000):
     """Documents of 3..20 tokens, each ending with the EOD token, packed into one stream: every
-    sample of 32 tokens holds several (semantics.md §5.4)."""
+    sample of 32 tokens holds several (Megatron's GPTDataset packs across documents)."""
     import numpy as np
     rng = np.random.RandomState(11)
     tokens = []

@@ -87,8 +87,8 @@ TEST(FsdpSingleRank, MoeMlaAndMtpUnits) {
 }
 
 TEST(FsdpSingleRank, ComposesWithFullRecomputeAppliedFirst) {
-  // The memory policy wraps layers in checkpoint() before FSDP (DESIGN.md order): the recompute
-  // inside backward must find the parameters gathered.
+  // The memory policy wraps layers in checkpoint() before FSDP (dist/parallelize.h order): the
+  // recompute inside backward must find the parameters gathered.
   const Json section = testing::dist_tiny_llama();
   models::BuiltModel plain = models::build_model(section), sharded = models::build_model(section);
   plain.model->materialize(5);

@@ -1,6 +1,6 @@
 // Sharded checkpoint pieces that need no second process: the reference's shard ids, one-process
-// save plans, and the load errors (semantics.md §1.4). Resharding across ranks is tested under
-// mpirun in tests/dist/mpi/test_checkpoint_mpi.cpp.
+// save plans, and the load errors (MindFormers' checkpoint layout). Resharding across ranks is
+// tested under mpirun in tests/dist/mpi/test_checkpoint_mpi.cpp.
 #include <gtest/gtest.h>
 
 #include <fstream>

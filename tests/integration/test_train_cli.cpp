@@ -1,5 +1,5 @@
 // `loom train` as a user runs it: the run directory, Ctrl-C (SIGINT) saving and exiting cleanly,
-// resuming from that checkpoint, and clear exits for bad command lines. (Issue 7 items 2-3.)
+// resuming from that checkpoint, and clear exits for bad command lines.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>

@@ -1,6 +1,6 @@
 // Recompute (full, select, exclude_op), communication recompute and swap give exactly the loss
 // and grads of running without them; validation messages; unmatched-pattern warnings.
-// (spec/memory_optimization.md; issue 8.)
+// (spec memory_optimization.md.)
 #include <gtest/gtest.h>
 
 #include "loom/autograd/engine.h"

@@ -1,7 +1,7 @@
 // Golden tests, one per architecture: an HF folder written by the numpy reference implementation
-// (tests/models/reference/*.py, HF modeling semantics of semantics.md §7, no Loom code involved)
+// (tests/models/reference/*.py, HF transformers' modeling code in numpy, no Loom code involved)
 // is loaded through the HF importer and its logits and loss recomputed: within 1e-5 computing in
-// float32, within 1e-9 in float64. DeepSeek-V3 also checks the MTP loss of §7.1.
+// float32, within 1e-9 in float64. DeepSeek-V3 also checks the MTP loss.
 #include <gtest/gtest.h>
 
 #include <cmath>

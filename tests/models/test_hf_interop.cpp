@@ -1,4 +1,4 @@
-// HF interop (issue 4, item 6; semantics.md §7 weight names): Loom → HF folder → Loom is bit-exact
+// HF interop (HF transformers' weight names): Loom → HF folder → Loom is bit-exact
 // for all four architectures (single file and sharded with model.safetensors.index.json), the
 // python-written fixtures convert to Loom checkpoints and back to identical bytes, and broken
 // folders give CheckpointErrors that list the problems.
@@ -87,7 +87,7 @@ TEST(HfInterop, HfNamesAndLayoutsFollowTransformers) {
   TempDir dir;
   save_hf_model(dir.path().string(), b.args, b.model->state_dict());
   auto hf = read_hf_tensors(dir.path().string());
-  // semantics.md §7.1 names; MTP stored as layer L with copies of the shared embedding and head.
+  // DeepSeek-V3's HF names; MTP stored as layer L with copies of the shared embedding and head.
   for (const char* n : {"model.embed_tokens.weight", "model.layers.0.self_attn.q_a_proj.weight",
                         "model.layers.0.self_attn.q_a_layernorm.weight", "model.layers.0.self_attn.kv_a_proj_with_mqa.weight",
                         "model.layers.0.mlp.gate_proj.weight", "model.layers.1.mlp.gate.e_score_correction_bias",

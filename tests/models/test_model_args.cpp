@@ -1,5 +1,5 @@
-// The `model:` section: HF names and MindFormers aliases (semantics.md §4), per-architecture HF
-// defaults, one warning listing unknown keys, and ConfigErrors naming model.<key> for missing,
+// The `model:` section: HF names and MindFormers aliases (docs/models.md "Keys"), per-architecture
+// HF defaults, one warning listing unknown keys, and ConfigErrors naming model.<key> for missing,
 // contradictory, ill-typed and unsupported values, including the fusion/precision fields of
 // other_training_features.md §3–4.
 #include <gtest/gtest.h>

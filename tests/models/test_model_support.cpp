@@ -1,5 +1,5 @@
 // Model facts other layers use: parameter counts and training FLOPs per token for MFU
-// (shared/bench/README.md formula), Muon's per-piece split and QK-clip names (semantics.md §2.2),
+// (models/accounting.h formula), Muon's per-piece split and QK-clip names (MindFormers' Muon),
 // checked against the optimizer's own split schema.
 #include <gtest/gtest.h>
 
@@ -34,7 +34,7 @@ TEST(ModelSupport, ParameterCountsMatchTheBuiltModels) {
 }
 
 TEST(ModelSupport, FlopsPerTokenFollowTheBenchFormula) {
-  // shared/bench/README.md size A: d 256, 4 layers, 4/2 heads, seq 256, vocab 8192, ffn 768.
+  // Size A (configs/bench/size_a.yaml): d 256, 4 layers, 4/2 heads, seq 256, vocab 8192, ffn 768.
   Json a{{"model_type", "llama"}, {"vocab_size", 8192}, {"hidden_size", 256}, {"num_hidden_layers", 4},
          {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"intermediate_size", 768}};
   ModelArgs args = ModelArgs::from_json(a);

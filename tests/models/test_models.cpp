@@ -1,7 +1,7 @@
 // Tiny Llama / Qwen3 / Qwen3-MoE / DeepSeek-V3 built from their `model:` sections: parameter
 // names (docs/models.md), forward + backward reaching every parameter, MTP and balance losses
-// injected into backward but not into the logged loss (semantics.md §7.1), bf16 compute,
-// tied vs untied heads, the head's grads-in-forward as the caller's choice. (Issue 4, items 1–4 and 7.)
+// injected into backward but not into the logged loss (docs/models.md "Losses"), bf16 compute,
+// tied vs untied heads, the head's grads-in-forward as the caller's choice.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -194,7 +194,7 @@ TEST(Models, PositionIdsAndDocumentEndsAreHonoured) {
 
 TEST(Models, DeepseekV3GradientsMatchFiniteDifferencesOfLossPlusMtp) {
   // float64 end to end: backward(loss) must equal d(loss + mtp_loss)/dθ, the MTP term arriving by
-  // injection (semantics.md §7.1), through embedding, MLA, MoE, eh_proj and the shared head.
+  // injection (docs/models.md "Losses"), through embedding, MLA, MoE, eh_proj and the shared head.
   Json j = tiny_deepseek_v3();
   j["params_dtype"] = "float64";
   j["compute_dtype"] = "float64";

@@ -1,6 +1,6 @@
 // Safetensors reader/writer: round trip of every dtype and the metadata map, views of the
 // mapping, and the validation errors (truncation, overlap, gaps, bad dtype, bad header length),
-// each naming the file and the offset. Format: semantics.md §1.4 ("standard safetensors").
+// each naming the file and the offset. Format: Hugging Face's safetensors.
 #include <gtest/gtest.h>
 
 #include <cstring>

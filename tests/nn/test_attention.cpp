@@ -1,8 +1,8 @@
-// The seams strategies attach to in attention (DESIGN.md "How strategies attach"; parallel.md §1.3,
-// §1.8, §2): head counts come from the weights, so a layer holding a head shard of its weights
-// computes exactly those heads (the partial outputs add up to the full layer's); the core
-// attention sits between the projections and linear_proj, can be replaced from outside (context
-// parallelism) and keeps the QK-clip max logits per local head.
+// The seams strategies attach to in attention (dist/tensor_parallel.h, dist/context_parallel.h):
+// head counts come from the weights, so a layer holding a head shard of its weights computes
+// exactly those heads (the partial outputs add up to the full layer's); the core attention sits
+// between the projections and linear_proj, can be replaced from outside (context parallelism) and
+// keeps the QK-clip max logits per local head.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -75,8 +75,8 @@ TransformerConfig mla_config(int64_t q_lora_rank) {
 
 TEST(NnAttention, SelfAttentionOnAHeadShardComputesThoseHeads) {
   // Heads 4 of 2 dims over 2 kv heads: shard r keeps q heads [2r, 2r+2) and kv head r (whole GQA
-  // groups, parallel.md §1.7), linear_proj's matching columns; q/k norms stay replicated and the
-  // row-parallel bias is added once (parallel.md §1.2).
+  // groups, as MindFormers requires), linear_proj's matching columns; q/k norms stay replicated and
+  // the row-parallel bias is added once (after the reduce, as MindFormers' RowwiseParallel).
   const auto c = gqa_config();
   auto rotary = std::make_shared<RotaryEmbedding>(c, c.head_dim);
   SelfAttention full(c, rotary);
@@ -133,7 +133,7 @@ TEST(NnAttention, MlaOnAHeadShardComputesThoseHeads) {
     Tensor x = random_f64({2, 4, 8}, 32);
     autograd::NoGradGuard no_grad;
     std::vector<double> want = full.forward(x, Tensor(), Tensor()).to_double_vector();
-    // Shard r: heads [2r, 2r+2) of the up-projections (parallel.md §1.8, whole heads of
+    // Shard r: heads [2r, 2r+2) of the up-projections (MindFormers' MLA plan, whole heads of
     // [q_nope; q_pe] and [k_nope; v] rows) and linear_proj's columns; the down-projections, their
     // norms and the shared rope key stay replicated.
     const std::string q_up = q_lora_rank > 0 ? "linear_qb.weight" : "linear_q.weight";
@@ -204,7 +204,7 @@ TEST(NnAttention, CoreAttentionSitsBetweenTheProjectionsAndTakesTheirHeads) {
   attn.forward(random_f64({1, 5, 8}, 52), Tensor(), doc_ends);
   EXPECT_EQ(seen, (std::vector<Shape>{{1, 5, 4, 2}, {1, 5, 2, 2}, {1, 5, 2, 2}}));
 
-  // MLA hands its YaRN-scaled softmax scale to its core attention (semantics.md §7.1).
+  // MLA hands its YaRN-scaled softmax scale to its core attention (DeepSeek-V3).
   auto m = mla_config(6);
   m.rope_scaling.kind = ops::RopeScaling::Kind::yarn;
   m.rope_scaling.factor = 4;
@@ -234,7 +234,7 @@ TEST(NnAttention, MlaLatentNormsIgnoreRmsNormEps) {
 }
 
 TEST(NnAttention, ContextParallelAttachesByReplacingTheCoreAttention) {
-  // A one-process stand-in for all-gather-KV context parallelism (parallel.md §2.5): the
+  // A one-process stand-in for all-gather-KV context parallelism (MindFormers' "colossal"): the
   // replaced forward runs each half of the queries against the whole K/V with q_offset, with the
   // options and QK-clip reporting the core attention exposes. The layer is unchanged.
   const auto c = gqa_config();

@@ -1,6 +1,6 @@
 // Finite-difference checks (float64) of every nn layer on tiny shapes, over the input and every
 // parameter: norms, MLPs, MHA/GQA attention with qk-norm and biases, MLA (with and without
-// q-LoRA, YaRN), the decoder layer. (Issue 4, item 7; semantics.md §7.)
+// q-LoRA, YaRN), the decoder layer.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -136,7 +136,7 @@ TEST(NnLayers, MlaWithQLoraAndYarnGradchecks) {
   c.rope_scaling.mscale_all_dim = 1;
   auto rotary = std::make_shared<RotaryEmbedding>(c, c.qk_rope_head_dim);
   MLASelfAttention mla(c, rotary);
-  // semantics.md §7.1: scale = (dn+dr)^-0.5 · (0.1·ln(factor)+1)².
+  // DeepSeek-V3's MLA with YaRN: scale = (dn+dr)^-0.5 · (0.1·ln(factor)+1)².
   const double m = 0.1 * std::log(4.0) + 1;
   EXPECT_NEAR(mla.softmax_scale(), m * m / std::sqrt(7.0), 1e-12);
   EXPECT_EQ(mla.find_parameter("linear_qb.weight")->global_shape, Shape({2 * 7, 6}));

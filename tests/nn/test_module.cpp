@@ -1,5 +1,5 @@
 // Module tree: dotted paths, registration defaults, meta construction and materialisation,
-// state_dict round trip and load errors, forward wrappers. (Issue 4, item 1.)
+// state_dict round trip and load errors, forward wrappers.
 #include <gtest/gtest.h>
 
 #include "loom/autograd/engine.h"

@@ -1,4 +1,4 @@
-// MoE router and layer invariants (semantics.md §7.1 "MoE gate", §7.2 Qwen3-MoE): k distinct
+// MoE router and layer invariants (DeepSeek-V3's Gate, HF Qwen3-MoE's router): k distinct
 // experts per token, the group limit, normalised and scaled weights, the expert bias steering
 // selection but never the weights, the aux-loss-free update rule, balance-loss values on a
 // hand-computed case, their injected gradient, token counts that recompute does not double; the
@@ -436,9 +436,10 @@ void attach_local_experts(MoELayer& moe, MoELayer& full, int64_t rank, int64_t r
 }  // namespace
 
 TEST(NnMoe, ExpertParallelAttachesByWrappingDispatchAndCombine) {
-  // parallel.md §4: EP wraps dispatch/combine, expert compute runs on the local experts only.
-  // Two simulated ranks holding experts {0,1} and {2,3}: their outputs add up to the full layer's
-  // and their grads are the full layer's (expert weights: the local slice; router, input: summed).
+  // dist/expert_parallel.h: EP wraps dispatch/combine, expert compute runs on the local experts
+  // only. Two simulated ranks holding experts {0,1} and {2,3}: their outputs add up to the full
+  // layer's and their grads are the full layer's (expert weights: the local slice; router, input:
+  // summed).
   auto c = moe_config(4, 2);
   MoELayer full(c);
   full.materialize(91);

@@ -1,7 +1,7 @@
-// ops::attention (flash-style, issue 2 item 4): forward against a naive materialised-score
-// reference, f64 finite-difference grads in every mask mode, f32/bf16 against f64, determinism
-// across thread counts, per-head max logits (semantics.md §2.2), document masks from compressed
-// actual_seq_len (§5.4), MLA-style Dv != D with a custom scale (§7.1), errors and memory.
+// ops::attention (flash-style): forward against a naive materialised-score reference, f64
+// finite-difference grads in every mask mode, f32/bf16 against f64, determinism across thread
+// counts, per-head max logits (Muon QK-clip), document masks from MindFormers' compressed
+// actual_seq_len, MLA-style Dv != D with a custom scale (DeepSeek-V3), errors and memory.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -324,7 +324,8 @@ TEST(OpsAttention, SameBitsWithOneAndTwoThreads) {
 }
 
 TEST(OpsAttention, MaxLogitsPerHeadMatchNaive) {
-  // semantics.md §2.2: S_h = max over batch and sequence of softmax_scale·q·k (visible entries).
+  // MindFormers' _update_max_logits: S_h = max over batch and sequence of softmax_scale·q·k
+  // (visible entries).
   for (const Case& c : mask_cases()) {
     Tensor q = random_f64({c.B, c.Sq, c.H, c.D}, 61, -2, 2), k = random_f64({c.B, c.Sk, c.KV, c.D}, 62, -2, 2),
            v = random_f64({c.B, c.Sk, c.KV, c.Dv}, 63);

@@ -1,5 +1,5 @@
-// cross_entropy and linear_cross_entropy: the token mean Σ ce·mask / (Σ mask + 1e-8) with
-// mask = loss_mask · (labels != ignore_index) (semantics.md §1.2), forward against a naive f64
+// cross_entropy and linear_cross_entropy: the token mean Σ ce·mask / (Σ mask + 1e-8) with mask =
+// loss_mask · (labels != ignore_index) (MindFormers' CrossEntropyLoss), forward against a naive f64
 // reference, gradcheck in f64, bf16 within tolerance, memory (no [N, V] fp32 buffers) and errors.
 #include <gtest/gtest.h>
 
@@ -27,7 +27,7 @@ using loom::testing::random_f64;
 namespace {
 
 
-// Naive f64 reference of §1.2.
+// Naive f64 reference of MindFormers' CrossEntropyLoss.
 double ref_loss(const std::vector<double>& logits, int64_t V, const std::vector<int64_t>& labels,
                 const std::vector<double>& mask, int64_t ignore) {
   double num = 0, den = 0;
@@ -77,7 +77,7 @@ TEST(OpsCrossEntropy, ForwardMatchesReferenceWithMaskAndIgnoreIndex) {
 }
 
 TEST(OpsCrossEntropy, DenominatorEpsilonIsExact) {
-  // §1.2: Σ ce·mask / (Σ mask + 1e-8): one token gives ce/(1 + 1e-8), none gives exactly 0.
+  // Σ ce·mask / (Σ mask + 1e-8): one token gives ce/(1 + 1e-8), none gives exactly 0.
   Tensor logits = Tensor::from_vector(std::vector<double>{0.0, std::log(3.0)}, {1, 2});
   const double ce = std::log(4.0);  // −log(1/4)
   EXPECT_DOUBLE_EQ(ops::cross_entropy(logits, labels_of({0})).item(), ce / (1.0 + 1e-8));

@@ -1,5 +1,5 @@
 // Elementwise ops: forward against scalar references, backward against finite differences (f64),
-// bf16 within a stated tolerance. (Issue 2, item 4/5.)
+// bf16 within a stated tolerance.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Embedding, gather/scatter/index ops and top-k. (Issue 2, item 4.)
+// Embedding, gather/scatter/index ops and top-k.
 #include <gtest/gtest.h>
 
 #include "loom/ops/index.h"

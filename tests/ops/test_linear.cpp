@@ -1,5 +1,5 @@
 // linear / matmul / bmm against naive triple loops, grads against finite differences; bf16 within
-// tolerance. (Issue 2, item 4.)
+// tolerance.
 #include <gtest/gtest.h>
 
 #include "loom/ops/linear.h"

@@ -1,6 +1,6 @@
 // MoE dispatch: moe_permute (grouping by expert, stable, counts), moe_unpermute (weighted
 // combine) and grouped_gemm against naive references, f64 gradcheck, bf16, determinism and
-// errors. (semantics.md §7.1 MoE gate: y = Σ_k w_k · Expert_idx_k(x); issue 2 item 4.)
+// errors. (DeepSeek-V3's MoE: y = Σ_k w_k · Expert_idx_k(x).)
 #include <gtest/gtest.h>
 
 #include "loom/autograd/engine.h"

@@ -1,6 +1,6 @@
 // rms_norm / layer_norm: forward against a naive f64 reference, backward against finite
 // differences (f64), bf16 rounding, the deterministic weight-grad reduction, compute_dtype and
-// error messages. (Issue 2 item 4; other_training_features.md §3–4; semantics.md §7.2.)
+// error messages. (spec other_training_features.md §3–4; HF Qwen3's per-head qk-norm.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -70,7 +70,7 @@ TEST(OpsNorm, RmsNormForwardMatchesReferenceF64AndF32) {
 }
 
 TEST(OpsNorm, RmsNormPerHeadQkNormOnViews) {
-  // semantics.md §7.2: q = RMSNorm_hd(q.view(..., H, hd)) with weight [hd]; also on a strided view.
+  // HF Qwen3: q = RMSNorm_hd(q.view(..., H, hd)) with weight [hd]; also on a strided view.
   Tensor q = random_f64({2, 3, 4, 8}, 3), w = random_f64({8}, 4);
   Vec ref = ref_rms(q.to_double_vector(), w.to_double_vector(), 8, 1e-6);
   EXPECT_LT(max_abs_diff(ops::rms_norm(q, w, 1e-6).to_double_vector(), ref), 1e-14);

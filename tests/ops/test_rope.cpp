@@ -1,6 +1,6 @@
 // RoPE: table builder (none / linear / YaRN with HF's mscale handling), the rope op in
 // rotate-half and interleaved forms, partial rotary, position ids, backward = rotation by −θ.
-// (semantics.md §7.1 DeepSeek-V3 YaRN + MLA softmax scale, §7.2 Qwen3 rotate-half; issue 2.)
+// (DeepSeek-V3's YaRN and MLA softmax scale, HF Qwen3's rotate-half.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,7 +20,7 @@ namespace {
 
 
 ops::RopeScaling deepseek_v3_yarn() {
-  // semantics.md §7.1: rope_scaling {type yarn, factor 40, original 4096, beta_fast 32,
+  // DeepSeek-V3's config.json: rope_scaling {type yarn, factor 40, original 4096, beta_fast 32,
   // beta_slow 1, mscale 1.0, mscale_all_dim 1.0}
   ops::RopeScaling sc;
   sc.kind = ops::RopeScaling::Kind::yarn;
@@ -81,7 +81,7 @@ TEST(OpsRope, YarnFrequenciesMatchHfForDeepSeekV3) {
 }
 
 TEST(OpsRope, YarnMscaleAndSoftmaxScaleFactor) {
-  // §7.1: m = 0.1·mscale_all_dim·ln(factor) + 1 = 1.36889 → m² = 1.87386 for factor 40.
+  // HF DeepSeek-V3: m = 0.1·mscale_all_dim·ln(factor) + 1 = 1.36889 → m² = 1.87386 for factor 40.
   ops::RopeScaling sc = deepseek_v3_yarn();
   EXPECT_NEAR(ops::yarn_softmax_scale_factor(sc), 1.8738542070926265, 1e-12);
   EXPECT_NEAR(ops::yarn_get_mscale(40, 1), 1.3688879454113936, 1e-12);
@@ -187,7 +187,7 @@ TEST(OpsRope, GradcheckBothLayoutsPartialAndScaled) {
 }
 
 TEST(OpsRope, StridedViewInputAsMlaRopePart) {
-  // MLA: q_pe = q[..., dn:] is a narrow view of the projection (semantics.md §7.1).
+  // MLA: q_pe = q[..., dn:] is a narrow view of the projection (DeepSeek-V3's MLA).
   Tensor q = random_f64({2, 3, 4, 12}, 7);
   Tensor q_pe = q.narrow(3, 8, 4);
   ops::RopeTable t = ops::make_rope_table(4, 8, 10000.0, {}, DType::f64);

@@ -1,4 +1,4 @@
-// Shape ops: views route grads back; cat/split/stack inverse of each other. (Issue 2, item 4.)
+// Shape ops: views route grads back; cat/split/stack inverse of each other.
 #include <gtest/gtest.h>
 
 #include "loom/ops/shape.h"

@@ -1,4 +1,4 @@
-// softmax, log_softmax, sum and mean. (Issue 2, item 4.)
+// softmax, log_softmax, sum and mean.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,5 +1,5 @@
-// AdamW: the update of semantics §2.1 against plain double loops, master weights, option parsing
-// and validation of spec training_hyperparameters.md §1.1.
+// AdamW: the update of MindFormers' pynative adamw.py against plain double loops, master weights,
+// option parsing and validation of spec training_hyperparameters.md §1.1.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -31,7 +31,7 @@ struct DoubleAdam {
 
 }  // namespace
 
-// semantics §2.1: decoupled WD on the pre-update weight, bias corrections with t after increment.
+// adamw.py: decoupled WD on the pre-update weight, bias corrections with t after increment.
 TEST(AdamW, ThreeStepsMatchDoubleLoops) {
   std::vector<float> w0 = {0.5f, -1.25f, 2.0f, 0.0f, 3.5f, -0.75f};
   Tensor w = make_param(w0, {2, 3});
@@ -139,7 +139,7 @@ TEST(AdamW, FrozenParamsAreNotOptimised) {
   EXPECT_EQ(opt.state_dict().count("adam_m.frozen"), 0u);
 }
 
-// semantics §2.1: lr = schedule(global_step before the increment): the first update uses lr(0).
+// adamw.py: lr = schedule(global_step before the increment): the first update uses lr(0).
 TEST(AdamW, StepUsesScheduleBeforeIncrement) {
   Tensor w = make_param({1.f}, {1});
   AdamW opt({{"w", w}}, AdamWOptions{});
@@ -191,7 +191,7 @@ TEST(AdamWOptions, ParsesSpecExample) {
   EXPECT_DOUBLE_EQ(d.weight_decay, 0.01);
 }
 
-// QUIRK fixed (semantics §2.1): an integer `weight_decay: 0` is a valid float.
+// QUIRK fixed (docs/optimizers.md): an integer `weight_decay: 0` is a valid float.
 TEST(AdamWOptions, IntegerWeightDecayAccepted) {
   AdamWOptions o = AdamWOptions::from_json(yaml_like(R"({"type": "AdamW", "weight_decay": 0})"));
   EXPECT_DOUBLE_EQ(o.weight_decay, 0.0);

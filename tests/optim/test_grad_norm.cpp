@@ -1,4 +1,4 @@
-// Global grad norm and clipping (semantics §1.2 _calculate_global_grad_norm; spec
+// Global grad norm and clipping (MindFormers' _calculate_global_grad_norm; spec
 // other_training_features.md §2).
 #include <gtest/gtest.h>
 

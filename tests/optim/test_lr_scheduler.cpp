@@ -1,5 +1,5 @@
-// LR schedulers (semantics §3; spec training_hyperparameters.md §2): closed forms at several
-// steps, the docstring check values, the fixed QUIRKs, and the config errors.
+// LR schedulers (MindFormers' lr_schedule.py; spec training_hyperparameters.md §2): closed forms at
+// several steps, the docstring check values, the fixed QUIRKs, and the config errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -38,7 +38,7 @@ std::string config_error(const std::string& text, int64_t total = 20) {
 
 }  // namespace
 
-// Docstring check values (semantics §3): L=0.005, W=10, T=20.
+// Check values of lr_schedule.py's docstrings: L=0.005, W=10, T=20.
 TEST(LrScheduler, DocstringCheckValues) {
   auto c = sched(R"({"type": "ConstantWarmUpLR", "learning_rate": 0.005, "warmup_steps": 10})");
   EXPECT_FLOAT_EQ(static_cast<float>(c->lr_at(1)), 5e-4f);
@@ -105,7 +105,7 @@ TEST(LrScheduler, CosineWithRestartsClosedForm) {
   expect_lr(*s, 24, 0.001);
 }
 
-// QUIRK fixed (semantics §3): past the end of the last cycle (decay_steps > total_steps) the
+// QUIRK fixed (docs/optimizers.md): past the end of the last cycle (decay_steps > total_steps) the
 // reference returns 0; Loom returns lr_end.
 TEST(LrScheduler, CosineWithRestartsAfterEndReturnsLrEnd) {
   auto s = sched(R"({"type": "CosineWithRestartsAndWarmUpLR", "learning_rate": 0.01,
@@ -149,7 +149,7 @@ TEST(LrScheduler, WarmUpStableDecayClosedForm) {
   expect_lr(*abs, 70, 0.01 - (0.01 - 1e-7) * 10 / 40.0);
 }
 
-// QUIRK fixed (semantics §3): without warmup the reference's stable branch is L·t/t = NaN at 0.
+// QUIRK fixed (docs/optimizers.md): without warmup the reference's stable branch L·t/t is NaN at 0.
 TEST(LrScheduler, WarmUpStableDecayNoNanAtZero) {
   auto s = sched(R"({"type": "WarmUpStableDecayLR", "learning_rate": 0.01, "warmup_steps": 0,
                      "decay_start_steps": 50})", 100);

@@ -1,5 +1,5 @@
-// Muon (semantics §2.2; spec training_hyperparameters.md §1.2): Newton–Schulz, the update rule,
-// the split schema, routing to the AdamW fallback, construction errors and option parsing.
+// Muon (MindFormers' muon.py; spec training_hyperparameters.md §1.2): Newton–Schulz, the update
+// rule, the split schema, routing to the AdamW fallback, construction errors and option parsing.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -183,7 +183,7 @@ TEST(NewtonSchulz, TallMatrixUsesTranspose) {
   for (double s : singular_values(x, rows, cols)) EXPECT_NEAR(s, 0.9, 0.35);
 }
 
-// semantics §2.2 update: M = μM + G; U = G + μM; W = W(1 − lr·wd) − lr·sqrt(max(a,b))·rms·NS(U).
+// muon.py's update: M = μM + G; U = G + μM; W = W(1 − lr·wd) − lr·sqrt(max(a,b))·rms·NS(U).
 TEST(Muon, StepMatchesHandComputedUpdate) {
   const int rows = 4, cols = 6;
   std::vector<float> w0 = random_values(rows * cols, 21);
@@ -327,7 +327,7 @@ TEST(MuonSplit, CustomRulesAreCheckedForCoverage) {
   EXPECT_THROW(s.blocks("bad.weight", {6, 4}), ShapeError);
 }
 
-// semantics §2.2 routing: 2-D/3-D params use Muon unless adamw_include matches; 1-D params,
+// muon.py's routing: 2-D/3-D params use Muon unless adamw_include matches; 1-D params,
 // embeddings and the output layer use AdamW; *max_logits_val* is skipped.
 TEST(Muon, RoutesParamsBetweenMuonAndAdamW) {
   auto p = [](const Shape& s) { return make_param(std::vector<float>(s.numel(), 0.5f), s); };

@@ -1,4 +1,4 @@
-// Muon under sharding, the parts that need no processes (reference/parallel.md §5): the
+// Muon under sharding, the parts that need no processes (MindFormers' muon.py comm_strategy): the
 // Newton–Schulz work estimate, the longest-processing-time owner assignment, and Muon's own side
 // of a split matrix — global shape for the schema and scales, whole-matrix Newton–Schulz, each
 // rank scaling and applying only its slice — driven through a one-process MuonSharding that
@@ -80,7 +80,8 @@ void expect_bits(const std::vector<float>& got, const std::vector<float>& want, 
 
 }  // namespace
 
-// parallel.md §5: batch · Σ_pieces (ns_steps·(2·L·s² + s³) + a·b), s = min, L = max.
+// MindFormers' _estimate_ns_work_for_shape: batch · Σ_pieces (ns_steps·(2·L·s² + s³) + a·b),
+// s = min, L = max.
 TEST(MuonSharding, NewtonSchulzWorkEstimate) {
   const std::vector<MuonBlock> blocks{{0, 4, 0, 10}, {4, 6, 0, 10}};
   const double piece0 = 5 * (2.0 * 10 * 4 * 4 + 4 * 4 * 4) + 40;

@@ -1,4 +1,4 @@
-// Checkpoint state (semantics §1.4 optimizer state names): main_param./adam_m./adam_v./muon_m.
+// Checkpoint state (MindFormers' optimizer state names): main_param./adam_m./adam_v./muon_m.
 // entries and global_step round-trip exactly; missing or mis-shaped entries are clear errors.
 #include <gtest/gtest.h>
 

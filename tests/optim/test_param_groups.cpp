@@ -1,4 +1,4 @@
-// Weight-decay groups (semantics §1.2 get_param_groups; spec training_hyperparameters.md §1.1
+// Weight-decay groups (MindFormers' get_param_groups; spec training_hyperparameters.md §1.1
 // weight_decay_include / weight_decay_exclude).
 #include <gtest/gtest.h>
 

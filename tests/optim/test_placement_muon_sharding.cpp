@@ -1,4 +1,4 @@
-// The arithmetic of Muon under sharding that needs no processes (reference/parallel.md §5): which
+// The arithmetic of Muon under sharding that needs no processes (MindFormers' muon.py): which
 // mesh axes split a parameter's matrices, which ranks hold a matrix together, and the owners of
 // allgather_deredundency, balanced by estimated Newton–Schulz work on DeepSeek-V3's own layers.
 // tests/train/mpi/test_muon_sharding_mpi.cpp runs the exchange itself.
@@ -104,7 +104,7 @@ TEST(MuonShardingPlan, HolderRanksShareEveryOtherCoordinate) {
   EXPECT_EQ(holder_ranks(hsdp, {"fsdp"}, 5), (std::vector<int>{4, 5, 6, 7}));
 }
 
-// reference/parallel.md §5: LPT on batch·(ns_steps·(2·L·s² + s³) + a·b) balances DeepSeek-V3's
+// MindFormers' owners: LPT on batch·(ns_steps·(2·L·s² + s³) + a·b) balances DeepSeek-V3's
 // matrices to max/mean ≤ 1.2, every owner is one of its matrix's holders, and each holder group
 // has exactly one owner per matrix.
 TEST(MuonShardingPlan, OwnersBalanceDeepSeekV3Work) {

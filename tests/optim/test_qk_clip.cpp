@@ -1,5 +1,5 @@
-// QK-clip (semantics §2.2 "QK-clip"): which rows get sqrt(γ), γ or nothing, when it fires, and
-// the copy back to bf16 model parameters through Muon.
+// QK-clip (MuonClip, as MindFormers' Muon applies it): which rows get sqrt(γ), γ or nothing, when
+// it fires, and the copy back to bf16 model parameters through Muon.
 #include <gtest/gtest.h>
 
 #include <cmath>

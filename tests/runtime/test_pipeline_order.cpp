@@ -28,12 +28,12 @@ std::string render(const std::vector<PipelineAction>& order, int p, int rank) {
 }
 
 TEST(PipelineOrder, MatchesTheReferenceExamples) {
-  // reference/parallel.md §3.3, p = 2, v = 2, m = 4.
+  // The interleaved order of Megatron's schedule table, p = 2, v = 2, m = 4.
   EXPECT_EQ(render(pipeline_order(2, 0, 2, 4), 2, 0),
             "F0.0 F0.1 F2.0 F2.1 F0.2 B2.0 F0.3 B2.1 F2.2 B0.0 F2.3 B0.1 B2.2 B2.3 B0.2 B0.3");
   EXPECT_EQ(render(pipeline_order(2, 1, 2, 4), 2, 1),
             "F1.0 F1.1 F3.0 B3.0 F3.1 B3.1 F1.2 B1.0 F1.3 B1.1 F3.2 B3.2 F3.3 B3.3 B1.2 B1.3");
-  // 1F1B (§3.2): rank r warms up with min(p - r - 1, m) forwards.
+  // 1F1B (Megatron's non-interleaved schedule): rank r warms up with min(p - r - 1, m) forwards.
   EXPECT_EQ(render(pipeline_order(3, 0, 1, 4), 3, 0), "F0.0 F0.1 F0.2 B0.0 F0.3 B0.1 B0.2 B0.3");
   EXPECT_EQ(render(pipeline_order(3, 2, 1, 4), 3, 2), "F2.0 B2.0 F2.1 B2.1 F2.2 B2.2 F2.3 B2.3");
   EXPECT_EQ(render(pipeline_order(3, 0, 1, 1), 3, 0), "F0.0 B0.0");
@@ -139,9 +139,9 @@ TEST(PipelineOrder, BlockingSendsWouldDeadlockTheInterleavedSchedule) {
   EXPECT_FALSE(finished) << "interleaved 1F1B needs its sends in flight";
 }
 
-// The bubble of reference/parallel.md §3.3: the first rank, which ends the step, idles
-// (p - 1)(t_f + t_b) under 1F1B and (p - 1)(t_f + t_b)/v interleaved when each chunk takes 1/v of
-// the stage's time; the last rank only waits for the first forward to reach it (and finishes
+// The bubble of Narayanan et al. 2021 (arXiv 2104.04473): the first rank, which ends the step,
+// idles (p - 1)(t_f + t_b) under 1F1B and (p - 1)(t_f + t_b)/v interleaved when each chunk takes
+// 1/v of the stage's time; the last rank only waits for the first forward to reach it (and finishes
 // before the last backward has travelled back).
 TEST(PipelineOrder, ReplayGivesTheBubble) {
   const PipelineReplay one = replay_pipeline(2, 1, 8, {{1.0}, {1.0}}, {{2.0}, {2.0}});

@@ -1,5 +1,5 @@
 // The callbacks list: registered types built with their keyword arguments; an unknown type lists
-// the registered names. (spec configuration.md "callbacks"; issue 7 item 6.)
+// the registered names. (spec configuration.md "callbacks".)
 #include <gtest/gtest.h>
 
 #include <fstream>

@@ -1,5 +1,5 @@
 // Checkpoint layout, atomic "latest", rotation, async == sync, load-path resolution and errors.
-// (semantics.md §1.4; issue 7 item 3.)
+// (MindFormers' checkpoint layout; docs/training.md "Checkpoints and resuming".)
 #include <gtest/gtest.h>
 
 #include <filesystem>

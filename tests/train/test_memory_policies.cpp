@@ -1,5 +1,5 @@
 // Recompute and swap on a real model through the trainer: every policy trains exactly like none
-// (fp32, same losses bit for bit). (spec memory_optimization.md; issue 8 item 6.)
+// (fp32, same losses bit for bit). (spec memory_optimization.md.)
 #include <gtest/gtest.h>
 
 #include <fstream>

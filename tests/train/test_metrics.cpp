@@ -1,4 +1,4 @@
-// The step log line, metrics.jsonl fields, durations. (Issue 7 item 2.)
+// The step log line, metrics.jsonl fields, durations.
 #include <gtest/gtest.h>
 
 #include <fstream>

@@ -1,5 +1,5 @@
 // The profiler writes a Chrome trace for its step range with step, module and op spans and
-// memory counters. (Issue 7 item 5; spec configuration.md "profiler".)
+// memory counters. (spec configuration.md "profiler".)
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -1,5 +1,5 @@
 // TensorBoard event files parse back with an independent reader (tests/train/tb_reader.py),
-// CRCs included. (Issue 7, item 4.)
+// CRCs included.
 #include <gtest/gtest.h>
 
 #include <cstdio>

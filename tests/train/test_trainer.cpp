@@ -1,6 +1,6 @@
 // The training loop end to end on a tiny Llama: the loss falls, gradient accumulation equals one
 // big batch, a resumed run continues bit for bit, runs are deterministic, Ctrl-C saves, health
-// checks skip and stop. (Issue 7; semantics.md §1.2.)
+// checks skip and stop. (MindFormers' training loop; docs/training.md "The step".)
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,4 +1,4 @@
-// Distributed checkpoints (semantics.md §1.4; issue 9 item 6): saved under one layout, loaded
+// Distributed checkpoints (docs/distributed.md "Checkpoints"): saved under one layout, loaded
 // under another (4 ranks → 2 → 1 and 1 → 4), model and AdamW state equal to the one-process
 // values, training continuing identically; remove_redundancy writes each shard once;
 // load_balanced reads each shard once per replicate group.

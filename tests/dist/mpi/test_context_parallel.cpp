@@ -1,4 +1,4 @@
-// Context parallelism against one process (reference/parallel.md §2, dist/context_parallel.h):
+// Context parallelism against one process (spec parallel_training.md §3, dist/context_parallel.h):
 // the ring attention's output and its q/k/v grads equal one attention call over the whole
 // sequence (f64: to rounding of the merge; f32: within fp32 rounding), with both splits, with and
 // without packed documents, with GQA; the load-balanced split gives every rank the same causal

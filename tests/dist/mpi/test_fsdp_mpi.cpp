@@ -1,7 +1,8 @@
-// FSDP / HSDP across processes (spec parallel_training.md §1, semantics.md §1.2, §6.3): the same
-// weights as one process from meta init, the same loss and grads as one process training the
-// same global batch (bit for bit with pure FSDP: rank-order sums reproduce the one-process
-// accumulation order), and AdamW steps on shards matching full-model steps.
+// FSDP / HSDP across processes (spec parallel_training.md §1; MindFormers' loss sense and FSDP
+// gradient sum; TorchTitan-style parity): the same weights as one process from meta init, the same
+// loss and grads as one process training the same global batch (bit for bit with pure FSDP:
+// rank-order sums reproduce the one-process accumulation order), and AdamW steps on shards matching
+// full-model steps.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -58,7 +59,7 @@ Trained make_trained(const Json& section, int data_parallel_shard, const FsdpOpt
 }
 
 // `micro` micro-batches per rank; data-parallel rank r takes global micro-batch j·dp + r at
-// micro step j (the loader's sharding). Backward with sense 1/world (semantics.md §1.2).
+// micro step j (the loader's sharding). Backward with sense 1/world (MindFormers' get_loss_sense).
 double fsdp_step(Trained& s, int64_t micro, int64_t step = 0) {
   DeviceMesh& mesh = s.fsdp->mesh();
   const int dp = mesh.world_size(), r = mesh.rank();
@@ -104,7 +105,8 @@ TEST(FsdpMpi, PureFsdpStepEqualsOneProcessBitForBit) {
 }
 
 TEST(FsdpMpi, Bf16ParametersGatherInBf16AndReduceFp32MainGrads) {
-  // Mixed precision (DESIGN.md): bf16 parameters travel as bf16, grads are fp32 main grads.
+  // Mixed precision (spec other_training_features.md §4): bf16 parameters travel as bf16, grads are
+  // fp32 main grads.
   Json section = testing::dist_tiny_llama();
   section["params_dtype"] = "bfloat16";
   Trained s = make_trained(section, -1);
@@ -149,7 +151,7 @@ TEST(FsdpMpi, GatherBytesFollowTheParameterDtypeAndReductionsStayFp32) {
 }
 
 TEST(FsdpMpi, GradNormWithReplicaFactorsEqualsOneProcess) {
-  // semantics.md §1.2: Σ_p Σg²/replica_factor(p) summed over the world, then sqrt.
+  // MindFormers' _calculate_global_grad_norm: Σ_p Σg²/replica_factor(p) over the world, then sqrt.
   for (int shard : {-1, 2}) {
     if (shard == 2 && Runtime::get()->world_size() != 4) continue;
     Trained s = make_trained(testing::dist_tiny_llama(), shard);
@@ -276,7 +278,7 @@ TEST(FsdpMpi, CpuOffloadKeepsShardsAndOptimizerStateInTheHostPool) {
 }
 
 TEST(FsdpMpi, ShardedMemoryIsAFractionOfTheModel) {
-  // Target (issue 9): per-rank parameter + grad state <= 1/n of one process + one unit's params.
+  // Target: per-rank parameter + grad state <= 1/n of one process + one unit's params.
   Trained s = make_trained(testing::dist_tiny_llama(), -1);
   const int n = Runtime::get()->world_size();
   int64_t full_bytes = 0;

@@ -1,4 +1,4 @@
-// Device mesh groups over real processes (semantics.md §1.1 rank layout), at 1, 2 and 4 ranks.
+// Device mesh groups over real processes (TorchTitan's rank layout), at 1, 2 and 4 ranks.
 #include <gtest/gtest.h>
 
 #include "loom/dist/device_mesh.h"

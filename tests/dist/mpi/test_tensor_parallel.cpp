@@ -1,9 +1,9 @@
-// Tensor parallelism with sequence parallelism against one process (reference/parallel.md §1,
-// §6 "TP+SP"): for every architecture, the initial local pieces are slices of the one-process
-// weights, and one step's loss and every parameter's grad (the local pieces, after the tp sums
-// of replicated parameters and FSDP's reductions) match the one-process step within fp32
-// rounding. Run at 2 ranks (tp 2) and 4 ranks (tp 4 with GQA KV heads shared by 2 ranks, and
-// tp 2 × fsdp 2).
+// Tensor parallelism with sequence parallelism against one process (Megatron-SP; spec
+// parallel_training.md §2): for every architecture, the initial local pieces are slices of the
+// one-process weights, and one step's loss and every parameter's grad (the local pieces, after the
+// tp sums of replicated parameters and FSDP's reductions) match the one-process step within fp32
+// rounding. Run at 2 ranks (tp 2) and 4 ranks (tp 4 with GQA KV heads shared by 2 ranks, and tp 2 ×
+// fsdp 2).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -178,7 +178,8 @@ TEST(TensorParallelMpi, CommunicationRecomputeDropsTheGatheredSequenceAndKeepsTh
   EXPECT_EQ(regenerated.loss, kept.loss);
   EXPECT_EQ(regenerated.grads, kept.grads);  // the same all-gather, run again: bitwise
   // Per gather, the [4, 16, 64] fp32 output goes and its [4, 8, 64] input stays to regenerate it:
-  // (t-1)/t of the gathered bytes, two gathers per layer, two layers (parallel.md §1.11).
+  // (t-1)/t of the gathered bytes, two gathers per layer, two layers (recompute_comm, spec
+  // memory_optimization.md).
   const int64_t saved = kept.held_bytes - regenerated.held_bytes, expected = 2 * 2 * (4 * 16 * 64 * 4) / 2;
   EXPECT_GE(saved, expected * 9 / 10) << kept.held_bytes << " -> " << regenerated.held_bytes;
   EXPECT_LE(saved, expected * 11 / 10) << kept.held_bytes << " -> " << regenerated.held_bytes;

@@ -1,7 +1,7 @@
 """Numpy building blocks of the HF reference models (float64), independent of Loom.
 
 Follows HF transformers' modeling_llama / modeling_qwen3 / modeling_qwen3_moe /
-modeling_deepseek_v3 (semantics.md §7): RMSNorm w·x·rsqrt(mean(x²)+eps), rotate-half RoPE
+modeling_deepseek_v3: RMSNorm w·x·rsqrt(mean(x²)+eps), rotate-half RoPE
 (cos = cat(freqs, freqs)), DeepSeek's interleave permutation before rotate-half, YaRN frequencies
 and attention factor, causal softmax attention with GQA, SwiGLU MLPs, top-k routers.
 """

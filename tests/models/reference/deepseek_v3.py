@@ -1,4 +1,4 @@
-"""HF DeepseekV3ForCausalLM in numpy (semantics.md §7.1): MLA with q-LoRA, one interleaved rope key
+"""HF DeepseekV3ForCausalLM in numpy (modeling_deepseek_v3): MLA with q-LoRA, one interleaved rope key
 shared by all heads, YaRN frequencies with attention factor and the mscale² softmax scale;
 dense MLP below first_k_dense_replace, then sigmoid routers with correction bias, group-limited
 top-k (group score = sum of its top-2), normalised and scaled weights, shared experts; and the

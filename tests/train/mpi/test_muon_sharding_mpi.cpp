@@ -1,12 +1,12 @@
 // Muon on sharded parameters across processes (spec training_hyperparameters.md §1.2
-// `comm_strategy`; reference/parallel.md §5 and §6 "Muon strategies"). The optimizer is isolated
-// from forward/backward: every step hands both runs the same gradients (a function of name, step
-// and global index), so "bitwise" is the claim. Each rank steps the one-process Muon on the
-// whole model beside its sharded Muon and compares its own pieces, for both strategies, under
-// FSDP, HSDP and hand-written tensor-parallel placements with FSDP on top, with QK-clip firing
-// on heads whose rows are spread over ranks; at 3 ranks some holders hold nothing. Classic bugs each case would catch: Newton–Schulz on
-// a shard, the split schema applied to the local shape, an owner outside its holders (a hang),
-// momentum kept only on the owner.
+// `comm_strategy`; MindFormers' muon.py). The optimizer is isolated from forward/backward: every
+// step hands both runs the same gradients (a function of name, step and global index), so "bitwise"
+// is the claim. Each rank steps the one-process Muon on the whole model beside its sharded Muon and
+// compares its own pieces, for both strategies, under FSDP, HSDP and hand-written tensor-parallel
+// placements with FSDP on top, with QK-clip firing on heads whose rows are spread over ranks; at 3
+// ranks some holders hold nothing. Classic bugs each case would catch: Newton–Schulz on a shard,
+// the split schema applied to the local shape, an owner outside its holders (a hang), momentum kept
+// only on the owner.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -204,7 +204,7 @@ TEST(MuonShardingMpi, FsdpShardsFollowOneProcessBitForBit) {
   }
 }
 
-// semantics §2.2 QK-clip under sharding: at 2 ranks each holds one head of the up-projections,
+// QK-clip under sharding: at 2 ranks each holds one head of the up-projections,
 // at 4 a head's rows straddle two ranks.
 TEST(MuonShardingMpi, QkClipOnShardedHeadsFollowsOneProcess) {
   run_layout({dist::ParallelDegrees{}, false}, true);
