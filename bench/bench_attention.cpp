@@ -1,6 +1,6 @@
 // Attention forward+backward (ops::attention through autograd) at S = 512 and 2048, head dim 64,
 // causal, MHA and GQA, next to raw OpenBLAS sgemm on the attention GEMM shapes in the same run
-// and threads; prints a summary with the ratio (issue 2 target: >= 50% at S = 2048).
+// and threads; prints a summary with the ratio (target: >= 50% at S = 2048).
 //
 // FLOP convention (the FlashAttention papers'): forward = 2·B·H·(D + Dv)·pairs, where pairs =
 // Sq·Sk for full attention and S·(S+1)/2 for causal (= 4·B·H·S²·D·~0.5 when Dv = D); backward =

@@ -1,7 +1,7 @@
 // Data-parallel throughput and traffic: the training step of `loom train` (forward, backward with
-// sense 1/world, FSDP reduce, global grad-norm clip, AdamW on shards) on size A or B of
-// shared/bench/README.md with random tokens, run by mpirun at 1 and 2 processes (bench/dist_throughput.sh
-// alternates them). Prints one RESULT {json} line from rank 0 with
+// sense 1/world, FSDP reduce, global grad-norm clip, AdamW on shards) on size A or B
+// (configs/bench/size_a.yaml, size_b.yaml) with random tokens, run by mpirun at 1 and 2 processes
+// (bench/dist_throughput.sh alternates them). Prints one RESULT {json} line from rank 0 with
 //   tokens_per_s         global tokens per second (median step after warm-up)
 //   bytes_sent_per_step  bytes this rank handed to MPI per step, and the analytic FSDP volume:
 //                        (n-1)/n · (b·(P + P_layers) + 4 B·P) per micro-batch (forward all-gather of

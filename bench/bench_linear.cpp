@@ -1,8 +1,8 @@
 // Linear forward and both backward GEMMs on the projection shapes of sizes A and B
-// (shared/bench/README.md), next to raw OpenBLAS sgemm on the same shapes and threads, in one
-// run, and the same forward through oneDNN (fp32, and bf16 where the CPU has bf16 matrix units),
-// and the bf16 backward next to its two products on oneDNN. Figures: GFLOP/s per case; compare
-// loom_* with raw_* / onednn_* of the same shape.
+// (configs/bench/size_a.yaml, size_b.yaml), next to raw OpenBLAS sgemm on the same shapes and
+// threads, in one run, and the same forward through oneDNN (fp32, and bf16 where the CPU has bf16
+// matrix units), and the bf16 backward next to its two products on oneDNN. Figures: GFLOP/s per
+// case; compare loom_* with raw_* / onednn_* of the same shape.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 

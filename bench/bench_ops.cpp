@@ -1,5 +1,5 @@
-// Memory-bound fused ops against a stream-copy bandwidth figure measured in the same run (issue 2
-// target: memory-bound ops at least 50% of stream copy). Each case prints GB/s (minimal traffic:
+// Memory-bound fused ops against a stream-copy bandwidth figure measured in the same run
+// (target: memory-bound ops at least 50% of stream copy). Each case prints GB/s (minimal traffic:
 // every input read once, every output written once) and vs_copy = GB/s / stream-copy GB/s.
 // Shapes: rms_norm [4096, 768], swiglu [2048, 2048], rope [4, 512, 12, 64], cross_entropy over a
 // 32k vocabulary with 2048 tokens; linear_cross_entropy (size B head: 2048 × 768 → 32000) next to

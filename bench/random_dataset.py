@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a Megatron indexed dataset (<prefix>.bin/.idx, semantics.md §5.1) of random tokens,
+"""Writes a Megatron indexed dataset (<prefix>.bin/.idx) of random tokens,
 for throughput benchmarks: python3 bench/random_dataset.py PREFIX VOCAB NUM_TOKENS [DOC_LEN]."""
 import struct
 import sys

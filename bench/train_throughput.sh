@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Sizes A and B of shared/bench/README.md through `loom train`, next to the PyTorch reference
-# (shared/bench/torch_llama_reference.py), alternating, in one run. Prints tokens/s, MFU and peak
-# RSS of each run and the Loom/PyTorch ratios. Both use the median step time after warm-up.
+# Sizes A and B (configs/bench/size_a.yaml, size_b.yaml) through `loom train`, next to the PyTorch
+# reference torch_llama_reference.py (a Llama of the same shape trained on random tokens; its path
+# in REFERENCE), alternating, in one run. Prints tokens/s, MFU and peak RSS of each run and the
+# Loom/PyTorch ratios. Both use the median step time after warm-up.
 # PRECISIONS="fp32 bf16" adds a bf16 pass: Loom with model.compute_dtype=bfloat16 (fp32 weights)
 # next to the reference's --bf16 (PyTorch CPU autocast), each row naming Loom's CPU matrix path.
+#   export REFERENCE=path/to/torch_llama_reference.py
 #   bench/train_throughput.sh               # sizes A and B, fp32, 2 rounds, 2 threads
 #   SIZES=a ROUNDS=3 THREADS=1 bench/train_throughput.sh
 #   PRECISIONS="fp32 bf16" SIZES=b bench/train_throughput.sh
@@ -13,7 +15,9 @@ SIZES=${SIZES:-"a b"}
 ROUNDS=${ROUNDS:-2}
 PRECISIONS=${PRECISIONS:-fp32}
 THREADS=${THREADS:-2}
-REFERENCE=${REFERENCE:-../shared/bench/torch_llama_reference.py}
+REFERENCE=${REFERENCE:-}
+[ -n "$REFERENCE" ] && [ -f "$REFERENCE" ] || {
+  echo "error: set REFERENCE=path/to/torch_llama_reference.py (the PyTorch peer; '${REFERENCE}' is not a file)"; exit 2; }
 source scripts/find-python.sh
 PY=$(loom_python)
 
@@ -21,7 +25,6 @@ if ! $PY -c "import torch" 2>/dev/null || [ ! -d /usr/lib/x86_64-linux-gnu/openb
   echo "installing the PyTorch reference's packages (python3-torch, libopenblas0-openmp)"
   apt-get install -y -qq python3-torch libopenblas0-openmp >/dev/null
 fi
-[ -f "$REFERENCE" ] || { echo "error: $REFERENCE not found; set REFERENCE=path/to/torch_llama_reference.py"; exit 2; }
 scripts/build.sh --target loom >/dev/null
 source bench/cpu_header.sh
 print_cpu_header "$THREADS threads per runner"
