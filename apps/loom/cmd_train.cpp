@@ -12,6 +12,7 @@
 
 #include "args.h"
 #include "command.h"
+#include "process_threads.h"
 #include "loom/config/config.h"
 #include "loom/core/log.h"
 #include "loom/core/parallel.h"
@@ -97,20 +98,7 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
     std::fprintf(stderr, "error: --config FILE is required\n%s", kUsage);
     return 2;
   }
-  if (threads > 0) {
-    // More threads than cores only time-slice them (and the peak FLOP/s, so MFU, would be wrong).
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    if (threads > cores) {
-      loom::log::warn("--threads ", threads, " is more than the ", cores, " cores available; using ", cores);
-      threads = cores;
-    }
-    loom::set_num_threads(threads);
-  } else if (rt.world_size() > 1 && !std::getenv("LOOM_NUM_THREADS")) {
-    // Processes sharing a host share its cores (loom launch sets LOOM_NUM_THREADS itself).
-    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    const int per_host = local ? std::max(1, std::atoi(local)) : rt.world_size();
-    loom::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / per_host));
-  }
+  loom::app::use_process_threads(threads, rt.world_size());
 
   loom::config::LoadOptions load;
   load.overrides = overrides;

@@ -32,8 +32,11 @@ batch (8 samples) at every layout; runs go through mpirun exactly as users start
   deredundancy  moe_token_dispatcher_type alltoall_deredundancy (nodes of npu_nums_per_device ranks) on
            Qwen3-MoE and DeepSeek-V3 at 4 ranks: the one-process curve within 1e-5, step 1 within 1e-6;
            its checkpoint resumed by plain alltoall at ep 2.
+  evaluation  validation during training under FSDP, HSDP, TP, CP (ring, Ulysses, hybrid, packed
+           documents), PP (and interleaved), EP and TP x PP: the validation losses of one process within
+           1e-6; `loom eval` under `loom launch` gives a checkpoint's logged validation loss.
 
-usage: parity_test.py --loom PATH --mpirun PATH --case curves|resume|launch|moe|tensor|muon|context|expert|deredundancy|pipeline [--keep DIR]
+usage: parity_test.py --loom PATH --mpirun PATH --case curves|resume|launch|moe|tensor|muon|context|expert|deredundancy|pipeline|evaluation [--keep DIR]
 """
 import argparse
 import json
@@ -48,6 +51,7 @@ MPI_FLAGS = ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader
              "lo", "--mca", "mpi_yield_when_idle", "1"]
 STEPS = 20
 GRAD_NORMS = {}  # (run name, step) -> logged grad norm
+VAL_LOSSES = {}  # (run name, step) -> the validation loss logged after that step
 
 CONFIG = """
 training:
@@ -220,6 +224,9 @@ def run(args, work, name, world, shard=-1, steps=STEPS, save=False, load_path=""
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         for line in f:
             row = json.loads(line)
+            if "eval" in row:
+                VAL_LOSSES[(name, row["step"])] = row["val_loss"]
+                continue
             losses[row["step"]] = row["loss"]
             GRAD_NORMS[(name, row["step"])] = row["grad_norm"]
     print("%-24s %d process(es) %5.1fs  first loss %.9f  last %.9f" % (name, world, time.time() - t0, losses[min(losses)],
@@ -760,16 +767,81 @@ def launch(args, work):
         print("  %-40s every rank exited (code %d, %.1fs) with '%s'" % (name, p.returncode, took, expected))
 
 
+def evaluation(args, work):
+    """Validation during training (training.eval_interval) and `loom eval` under every layout: the
+    token-weighted validation loss after steps 2 and 4 of each layout equals one process's within
+    1e-6 relative (fp32; the layouts sum in other orders), with FSDP 2, HSDP 2x2, TP 2, CP 2 (ring
+    and Ulysses on EOD-packed documents, hybrid 4), PP 2 and interleaved PP 2 x FSDP 2, EP 2 and a
+    product (TP 2 x PP 2); `loom eval` of the TP 2 x FSDP 2 run's checkpoint, run by
+    `loom launch -n 4` in that layout, gives its last validation loss."""
+    write_packed_data(os.path.join(work, "packed"))
+    validate = "\n  eval_interval: 2\n  eval_iters: 2"
+
+    def with_validation(packed):
+        def edit(text):
+            text = text.replace('split: "1, 0, 0"', 'split: "9, 1, 0"').replace("  deterministic: True",
+                                                                              "  deterministic: True" + validate)
+            if packed:
+                text = text.replace(os.path.join(work, "data"), os.path.join(work, "packed"))
+                text = text.replace("      create_attention_mask: False\n", PACKED_DATASET)
+            return text
+        return edit
+
+    def check(name, world, extra, model, packed, ref_name, **kw):
+        run(args, work, name, world, steps=4, parallel_extra=extra, model=model, edit_config=with_validation(packed),
+            **kw)
+        for step in (2, 4):
+            got, want = VAL_LOSSES[(name, step)], VAL_LOSSES[(ref_name, step)]
+            if abs(got - want) > 1e-6 * abs(want):
+                raise SystemExit("FAIL: %s validation after step %d: %.17g, one process %.17g" % (name, step, got, want))
+        print("  %-40s validation losses = one process's within 1e-6" % name)
+
+    plain, moe = LLAMA_PP, DEEPSEEK_TP
+    cp_model = LLAMA + "  use_attn_mask_compression: True\n"
+    for ref_name, model, packed in (("eval_one_process", plain, False), ("eval_moe_one_process", moe, False),
+                                    ("eval_packed_one_process", cp_model, True)):
+        run(args, work, ref_name, 1, steps=4, model=model, edit_config=with_validation(packed))
+    check("eval_fsdp2", 2, "", plain, False, "eval_one_process")
+    check("eval_hsdp_2x2", 4, "", plain, False, "eval_one_process", shard=2)
+    check("eval_tp2", 2, "\n  tensor_parallel: 2", plain, False, "eval_one_process")
+    check("eval_pp2", 2, "\n  pipeline_parallel: 2", plain, False, "eval_one_process")
+    check("eval_pp2_v2_fsdp2", 4, "\n  pipeline_parallel: 2\n  pipeline_parallel_interleave_num: 2", plain, False,
+          "eval_one_process")
+    check("eval_tp2_pp2", 4, "\n  tensor_parallel: 2\n  pipeline_parallel: 2", plain, False, "eval_one_process")
+    check("eval_ep2", 2, "\n  expert_parallel: 2", moe, False, "eval_moe_one_process")
+    check("eval_cp2_packed", 2, "\n  context_parallel: 2", cp_model, True, "eval_packed_one_process")
+    check("eval_ulysses2_packed", 2, "\n  context_parallel: 2\n  context_parallel_method: ulysses", cp_model, True,
+          "eval_packed_one_process")
+    check("eval_hybrid4_packed", 4, "\n  context_parallel: 4\n  context_parallel_method: hybrid\n"
+          "  ulysses_degree_in_cp: 2", cp_model, True, "eval_packed_one_process")
+    # loom eval in a layout, on the checkpoint a run of that layout saved.
+    check("eval_tp2_fsdp2_saving", 4, "\n  tensor_parallel: 2", plain, False, "eval_one_process", save=True)
+    saved = os.path.join(work, "eval_tp2_fsdp2_saving")
+    config = saved + ".yaml"
+    cmd = [args.loom, "launch", "-n", "4", "--mpirun", args.mpirun, "--threads", "1", "--", "eval", "--config", config,
+           "--load", os.path.join(saved, "checkpoints"), "--iters", "2", "--json"]
+    p = subprocess.run(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=240)
+    if p.returncode != 0:
+        print(p.stdout, p.stderr)
+        raise SystemExit("FAIL: loom eval under loom launch exited with %d" % p.returncode)
+    got = json.loads(p.stdout.strip().splitlines()[-1])["loss"]
+    want = VAL_LOSSES[("eval_tp2_fsdp2_saving", 4)]
+    if abs(got - want) > 1e-12 * abs(want):
+        raise SystemExit("FAIL: loom eval of the step-4 checkpoint gives %.17g, the run validated %.17g" % (got, want))
+    print("  %-40s loom eval (4 ranks, tp 2 x fsdp 2) = the run's step-4 validation" % "eval_command")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--loom", required=True)
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--case", choices=["curves", "resume", "launch", "moe", "tensor", "muon", "context", "expert",
-                                       "deredundancy", "pipeline"], required=True)
+                                       "deredundancy", "pipeline", "evaluation"], required=True)
     ap.add_argument("--keep", default="")
     args = ap.parse_args()
     cases = {"curves": curves, "resume": resume, "launch": launch, "moe": moe, "tensor": tensor, "muon": muon,
-             "context": context, "expert": expert, "deredundancy": deredundancy, "pipeline": pipeline}
+             "context": context, "expert": expert, "deredundancy": deredundancy, "pipeline": pipeline,
+             "evaluation": evaluation}
     in_work_dir(args.keep, "loom-parity-", lambda work: cases[args.case](args, work))
 
 

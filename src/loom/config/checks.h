@@ -46,6 +46,9 @@ struct LoaderReading {
   std::vector<std::string> gaps;
 };
 LoaderReading read_loader_options(const TrainConfig& config, Diagnostics& diag);
+// training.eval_interval needs a validation split the loader options give samples
+// (dataset_section.cpp); nothing to check while the dataset has gaps.
+void check_evaluation(const TrainConfig& config, const LoaderReading& loader, Diagnostics& diag);
 
 // The sequence length the run trains on (ResolvedConfig::seq_length), resolved once for every
 // check: train_dataset.dataloader.config.seq_length, the length of the samples the model is fed,

@@ -8,6 +8,7 @@
 #include "loom/config/checks.h"
 #include "loom/core/error.h"
 #include "loom/data/blend_split.h"
+#include "loom/data/dataset_builder.h"
 
 namespace loom::config::detail {
 
@@ -267,6 +268,16 @@ std::int64_t resolve_seq_length(const models::ModelArgs& model, const data::Mega
                    std::to_string(model.seq_length) + "; the model is fed the dataset's samples, so both must give "
                    "the same length: write one value in both, or delete model.seq_length");
   return data.seq_length > 0 ? data.seq_length : std::max<std::int64_t>(model.seq_length, 0);
+}
+
+void check_evaluation(const TrainConfig& config, const LoaderReading& loader, Diagnostics& diag) {
+  if (config.training.eval_interval <= 0 || !loader.gaps.empty()) return;
+  const std::string gap = data::split_gap(loader.options.config, loader.options.sizes, data::Split::valid);
+  if (!gap.empty())
+    diag.error("training.eval_interval", "is " + std::to_string(config.training.eval_interval) +
+                                             " but there is no validation data to evaluate: " + gap + ". Give the "
+                                             "validation split a share (e.g. split: \"98,2,0\") or "
+                                             "valid_data_path, or set training.eval_interval: 0");
 }
 
 }  // namespace loom::config::detail

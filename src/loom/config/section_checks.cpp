@@ -125,6 +125,12 @@ void check_training(const TrainConfig& c, Diagnostics& diag) {
     diag.error("training.max_norm", "must be positive, got " + format_float(t.max_norm) +
                                         ": 0 or a negative max_norm does not disable clipping, it scales every "
                                         "gradient to zero or reverses it; use a larger value for weaker clipping");
+  if (t.eval_interval < 0)
+    diag.error("training.eval_interval", "must be >= 0 (optimizer steps between evaluations; 0 evaluates never), "
+                                         "got " + std::to_string(t.eval_interval));
+  if (t.eval_iters == 0 || t.eval_iters < -1)
+    diag.error("training.eval_iters", "must be a positive number of global batches, or -1 for the whole validation "
+                                      "split, got " + std::to_string(t.eval_iters));
   if (t.rampup_batch_size) {
     const auto& r = *t.rampup_batch_size;
     const std::string p = "training.rampup_batch_size";

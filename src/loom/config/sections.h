@@ -91,6 +91,11 @@ struct TrainingConfig {
   bool deterministic = false;
   // [start_global_batch_size, batch_size_increment, rampup_samples]
   std::optional<std::vector<std::int64_t>> rampup_batch_size;
+  // Loom extensions (the spec has no validation fields; Megatron's --eval-interval and
+  // --eval-iters): evaluate the validation split every eval_interval optimizer steps (0: never)
+  // and after the last, on its first eval_iters global batches (-1: the whole split).
+  std::int64_t eval_interval = 0;
+  std::int64_t eval_iters = 10;
 
   template <class Self, class V>
   static void visit(Self& s, V& v) {
@@ -101,6 +106,8 @@ struct TrainingConfig {
     v("seed", s.seed);
     v("deterministic", s.deterministic);
     v("rampup_batch_size", s.rampup_batch_size);
+    v("eval_interval", s.eval_interval);
+    v("eval_iters", s.eval_iters);
   }
 };
 

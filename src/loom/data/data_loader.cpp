@@ -290,7 +290,7 @@ SampleOptions sample_options_from(const MegatronDataConfig& c) {
 }
 
 std::unique_ptr<DataLoader> build_data_loader(const LoaderOptions& options, int64_t local_batch_size,
-                                              ShardInfo shard) {
+                                              ShardInfo shard, Split split) {
   const MegatronDataConfig& c = options.config;
   LOOM_ASSERT(options.type == "BlendedMegatronDatasetDataLoader" && options.datasets_type == "GPTDataset",
               "unsupported loader '", options.type, "' / '", options.datasets_type, "'");
@@ -300,7 +300,7 @@ std::unique_ptr<DataLoader> build_data_loader(const LoaderOptions& options, int6
               "exactly one of data_path and train/valid/test_data_path");
   LOOM_ASSERT(c.data_path.empty() || c.split.has_value(), "data_path without split");
   const SampleOptions sample = sample_options_from(options.config);
-  for (const auto& name : options.column_names) {
+  for (const auto& name : split == Split::train ? options.column_names : std::vector<std::string>{}) {
     if (name == "attention_mask" && !sample.emits_attention_mask()) {
       log::warn("train_dataset.dataloader.column_names lists attention_mask but the loader builds none "
                 "(create_attention_mask is off or create_compressed_eod_mask is on)");
@@ -310,17 +310,17 @@ std::unique_ptr<DataLoader> build_data_loader(const LoaderOptions& options, int6
                 "train_dataset.dataloader.config.create_compressed_eod_mask is off");
     }
   }
-  auto dataset = build_megatron_dataset(options.config, options.sizes, Split::train);
+  auto dataset = build_megatron_dataset(options.config, options.sizes, split);
   LoaderSettings settings;
   settings.local_batch_size = local_batch_size;
   settings.shard = shard;
   settings.drop_remainder = options.drop_remainder;
-  settings.shuffle = options.shuffle;
+  settings.shuffle = options.shuffle && split == Split::train;
   settings.shuffle_seed = static_cast<uint32_t>(options.config.seed);
   settings.num_workers = options.num_parallel_workers;
   settings.prefetch_size = options.prefetch_size;
   auto loader = std::make_unique<DataLoader>(std::move(dataset), sample, settings);
-  log::info("train data: ", loader->dataset_size(), " samples of ", sample.sequence_length, " tokens, ",
+  log::info(split_name(split), " data: ", loader->dataset_size(), " samples of ", sample.sequence_length, " tokens, ",
             loader->batches_per_epoch(), " micro-batches of ", local_batch_size, " per epoch on data-parallel rank ",
             shard.rank, " of ", shard.count);
   return loader;

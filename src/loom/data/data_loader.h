@@ -127,10 +127,12 @@ class DataLoader {
   mutable std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> permutations_;
 };
 
-// The loader for the training split from the train_dataset options the configuration resolved
-// (config::ResolvedConfig::loader_options); the options are asserted, not re-validated.
+// The loader for one split (training by default) from the train_dataset options the
+// configuration resolved (config::ResolvedConfig::loader_options); the options are asserted, not
+// re-validated. The validation and test splits are read in order, never shuffled, as Megatron
+// reads them, so an evaluation sees the same samples whatever the training shuffle.
 std::unique_ptr<DataLoader> build_data_loader(const LoaderOptions& options, int64_t local_batch_size,
-                                              ShardInfo shard = {});
+                                              ShardInfo shard = {}, Split split = Split::train);
 // The sample options a train_dataset section implies.
 SampleOptions sample_options_from(const MegatronDataConfig& config);
 

@@ -108,6 +108,24 @@ std::shared_ptr<const TokenSampleDataset> build_blend(const Context& ctx, const 
 
 }  // namespace
 
+std::string split_gap(const MegatronDataConfig& config, const std::array<std::optional<int64_t>, kNumSplits>& sizes,
+                      Split split) {
+  const size_t s = static_cast<size_t>(split);
+  const std::string name = split_name(split);
+  if (sizes[s] && *sizes[s] == 0)
+    return "train_dataset.dataloader.sizes[" + std::to_string(s) + "] asks for 0 " + name + " samples";
+  if (!config.data_path.empty()) {
+    if (!config.split) return std::string(kField) + ".split is missing";
+    if (!split_matrix(parse_split(*config.split, std::string(kField) + ".split"))[s])
+      return std::string(kField) + ".split \"" + *config.split + "\" gives the " + name + " split no share";
+    return "";
+  }
+  const std::vector<std::string>* paths[] = {&config.train_data_path, &config.valid_data_path,
+                                             &config.test_data_path};
+  if (paths[s]->empty()) return std::string(kField) + "." + name + "_data_path is empty";
+  return "";
+}
+
 std::shared_ptr<const TokenSampleDataset> build_megatron_dataset(
     const MegatronDataConfig& config, const std::array<std::optional<int64_t>, kNumSplits>& sizes,
     Split split) {

@@ -18,4 +18,10 @@ std::shared_ptr<const TokenSampleDataset> build_megatron_dataset(
     const MegatronDataConfig& config, const std::array<std::optional<int64_t>, kNumSplits>& sizes,
     Split split = Split::train);
 
+// "" when the options give `split` samples, else why not, naming the field: its share of
+// config.split is zero, its *_data_path is empty, or sizes[split] is 0. What an evaluation of the
+// split checks before anything is built.
+std::string split_gap(const MegatronDataConfig& config, const std::array<std::optional<int64_t>, kNumSplits>& sizes,
+                      Split split);
+
 }  // namespace loom::data

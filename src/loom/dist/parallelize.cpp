@@ -70,6 +70,10 @@ void ParallelModel::set_requires_gradient_sync(bool on) {
   if (fsdp_) fsdp_->set_requires_gradient_sync(on);
 }
 
+void ParallelModel::release_gathered() {
+  if (fsdp_) fsdp_->reshard_all();
+}
+
 void ParallelModel::finish_backward() {
   if (fsdp_) fsdp_->finish_backward();
   if (pipeline_) pipeline_->reduce_shared_grads();

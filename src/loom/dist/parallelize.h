@@ -72,6 +72,9 @@ class ParallelModel {
   // grads the optimizer sees are final.
   void zero_grad();
   void finish_backward();
+  // After forwards that no backward follows (evaluation): frees the parameters FSDP gathered
+  // for them, so the model is left as a training step leaves it.
+  void release_gathered();
   // FSDP's gradient sync for the next backwards (FullyShardedModel::set_requires_gradient_sync;
   // nothing to do without FSDP). finish_backward() reduces whatever is still unreduced.
   void set_requires_gradient_sync(bool on);

@@ -19,6 +19,7 @@ class CausalLMModel final : public LanguageModel {
   ForwardResult forward_chunk(const data::Batch& batch, const dist::PipelineChunk& chunk, const Tensor& hidden,
                               const nn::ForwardOptions& options) override;
   Tensor logits(const data::Batch& batch) override;
+  int64_t vocab_size() const override { return args_.vocab_size; }
   double flops_per_token(int64_t seq_length) const override;
   std::vector<memory::LayerRef> layers() override;
   int64_t num_layers() const override { return args_.num_layers; }

@@ -47,6 +47,7 @@ class LanguageModel {
   // documents), whole on every rank of a layout that does not split the layers
   // (nn::CausalLM::logits); under pipeline parallelism Schedule::logits runs the stages.
   virtual Tensor logits(const data::Batch& batch) = 0;
+  virtual int64_t vocab_size() const = 0;
   // Training FLOPs per token (forward + backward), for MFU.
   virtual double flops_per_token(int64_t seq_length) const = 0;
   // The transformer layers, for recompute/swap (MTP layer k has index num_layers + k).

@@ -151,6 +151,12 @@ StepResult PipelineSchedule::run(const BatchSource& next_batch, Mode mode) {
   }
   times_.step_s = seconds(step_start);
   average_over_replicas(step.result);
+  if (mode == Mode::eval) {
+    dist::ProcessGroup& world = parallel_.mesh().world();
+    const int shards = parallel_.mesh().dims().num_dataset_shards();
+    sum_over_shards(world, static_cast<double>(world.size() / stage_.pp_size() / shards), step.result);
+    parallel_.release_gathered();
+  }
   return step.result;
 }
 
@@ -287,7 +293,10 @@ bool PipelineSchedule::forward_piece(Step& step, Action& run) {
   if (++run.next < pieces.size()) return true;
   const double A = static_cast<double>(micro_batches_);
   for (const auto& [key, x] : run.extras) step.result.extras[key] += x / A;
-  if (c.last) step.result.loss += r.loss.item() / A;
+  if (c.last) {
+    step.result.loss += r.loss.item() / A;
+    if (!train) add_token_totals(step.batch(a.micro_batch), r.loss.item(), model_.vocab_size(), step.result);
+  }
   else channels_->send_activation(r.hidden, c.virtual_stage + 1);
   if (train) step.live[{a.chunk, a.micro_batch}] = std::move(run.f);
   return false;

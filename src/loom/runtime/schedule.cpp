@@ -4,6 +4,7 @@
 #include "loom/autograd/checkpoint.h"
 #include "loom/core/trace.h"
 #include "loom/ops/elementwise.h"
+#include "loom/ops/loss.h"
 #include "loom/ops/reduce.h"
 
 namespace loom::runtime {
@@ -15,6 +16,18 @@ double micro_batch_backward_scale(const dist::ParallelModel& parallel, int64_t m
 void average_over_ranks(dist::ProcessGroup& world, double replicas, StepResult& result) {
   result.loss = world.all_reduce_scalar(result.loss) / replicas;
   for (auto& [k, v] : result.extras) v = world.all_reduce_scalar(v) / replicas;
+}
+
+void sum_over_shards(dist::ProcessGroup& world, double copies, StepResult& result) {
+  result.loss_sum = world.all_reduce_scalar(result.loss_sum) / copies;
+  result.loss_count = world.all_reduce_scalar(result.loss_count) / copies;
+}
+
+void add_token_totals(const data::Batch& batch, double loss, int64_t vocab_size, StepResult& result) {
+  // The loss is Σ ce·mask / (Σ mask + ε) (ops/loss.h): its numerator comes back exactly enough.
+  const double count = ops::loss_token_count(batch.labels, batch.loss_mask, vocab_size);
+  result.loss_sum += loss * (count + ops::kLossMaskEpsilon);
+  result.loss_count += count;
 }
 
 PlainSchedule::PlainSchedule(LanguageModel& model, dist::ParallelModel& parallel, int64_t micro_batches)
@@ -42,6 +55,10 @@ StepResult PlainSchedule::run(const BatchSource& next_batch, Mode mode) {
   if (mode == Mode::train) parallel_.finish_backward();
   dist::ProcessGroup& world = parallel_.mesh().world();
   average_over_ranks(world, static_cast<double>(world.size()), result);
+  if (mode == Mode::eval) {
+    sum_over_shards(world, static_cast<double>(world.size() / parallel_.mesh().dims().num_dataset_shards()), result);
+    parallel_.release_gathered();
+  }
   return result;
 }
 
@@ -56,6 +73,7 @@ void PlainSchedule::run_micro_batch(const data::Batch& batch, Mode mode, StepRes
     autograd::EvaluationGuard evaluating;
     LOOM_TRACE("eval", "forward");
     const ForwardResult r = model_.forward(batch, {false});
+    add_token_totals(batch, r.loss.item(), model_.vocab_size(), result);
     result.loss += r.loss.item() / A;
     for (const auto& [k, v] : r.extras) result.extras[k] += v / A;
     return;

@@ -42,6 +42,11 @@ struct StepResult {
   int64_t tokens = 0;                    // input tokens this rank ran
   int64_t loss_tokens = 0;               // of which count in the loss (loss mask)
   int64_t epoch = 0;                     // the data epoch of the step's last batch
+  // Eval mode: the token-weighted totals behind the micro-batches' losses, over every
+  // data-parallel rank (the same on every rank): Σ ce·mask and Σ mask of the main head. Their
+  // ratio is the step's token-weighted loss, where `loss` is a mean of micro-batch means.
+  double loss_sum = 0;
+  double loss_count = 0;
 };
 
 // Where a schedule's micro-batches come from (a data loader).
@@ -80,5 +85,11 @@ class PlainSchedule final : public Schedule {
 // Every rank logs the same numbers: the loss and extras of `result`, summed over the world and
 // divided by `replicas` (the ranks that formed a loss).
 void average_over_ranks(dist::ProcessGroup& world, double replicas, StepResult& result);
+// Eval mode: loss_sum and loss_count summed over the world and divided by `copies`, the ranks
+// holding each data shard's totals (its tensor- and context-parallel ranks, on the last
+// pipeline stage).
+void sum_over_shards(dist::ProcessGroup& world, double copies, StepResult& result);
+// Adds one micro-batch's token-weighted totals (eval mode) from its token-mean `loss`.
+void add_token_totals(const data::Batch& batch, double loss, int64_t vocab_size, StepResult& result);
 
 }  // namespace loom::runtime

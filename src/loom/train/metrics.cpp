@@ -19,6 +19,14 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
+std::string format_eval_line(const EvalMetrics& e) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "%s at step %lld: loss %.6f, perplexity %.2f (%lld tokens, %.1fs)",
+                e.split == "valid" ? "validation" : e.split.c_str(), static_cast<long long>(e.step), e.loss,
+                e.perplexity, static_cast<long long>(e.tokens), e.seconds);
+  return buf;
+}
+
 std::string format_log_line(const StepMetrics& m) {
   char buf[1024];
   std::string line;
@@ -97,6 +105,30 @@ void MetricsWriter::write(const StepMetrics& m) {
     tensorboard_->add_scalar("memory/current_bytes", static_cast<double>(m.mem_current_bytes), m.step);
     tensorboard_->add_scalar("memory/peak_bytes", static_cast<double>(m.mem_peak_bytes), m.step);
     for (const auto& [k, v] : m.extra) tensorboard_->add_scalar(k, v, m.step);
+    tensorboard_->flush();
+  }
+}
+
+void MetricsWriter::write(const EvalMetrics& e) {
+  const std::string prefix = e.split == "valid" ? "val" : e.split;
+  if (jsonl_.is_open()) {
+    nlohmann::ordered_json j = {{"step", e.step},
+                                {"eval", e.split},
+                                {prefix + "_loss", number(e.loss)},
+                                {prefix + "_ppl", number(e.perplexity)},
+                                {prefix + "_tokens", e.tokens},
+                                {"eval_time_s", number(e.seconds)},
+                                {"eval_mem_peak_bytes", e.mem_peak_bytes}};
+    for (const auto& [k, v] : run_fields_) j[k] = v;
+    jsonl_ << j.dump() << '\n';
+    jsonl_.flush();
+    LOOM_CHECK(jsonl_.good(), IOError, "cannot write '", jsonl_path_, "' after step ", e.step,
+               " (the disk may be full): free space or pass --output on another disk, then resume from the last "
+               "checkpoint");
+  }
+  if (tensorboard_) {
+    tensorboard_->add_scalar(prefix + "/loss", e.loss, e.step);
+    tensorboard_->add_scalar(prefix + "/ppl", e.perplexity, e.step);
     tensorboard_->flush();
   }
 }

@@ -33,15 +33,32 @@ struct StepMetrics {
   std::map<std::string, double> extra;  // load_balancing_loss, mtp_1_loss, ...
 };
 
+// One evaluation of a held-out split (runtime/evaluation.h) after optimizer step `step`.
+struct EvalMetrics {
+  int64_t step = 0;
+  std::string split = "valid";
+  double loss = 0;        // token-weighted mean cross-entropy
+  double perplexity = 0;
+  int64_t tokens = 0;     // loss tokens
+  double seconds = 0;
+  int64_t mem_peak_bytes = 0;  // device memory peak during the evaluation
+};
+
 // "{ step:[    1/  100], consumed_samples: 8, global_batch_size: 8, loss:   9.123456, ... }"
 std::string format_log_line(const StepMetrics& m);
 std::string format_duration(double seconds);  // "1h02m", "3m20s", "12s"
+// "validation at step 100: loss 3.456789, perplexity 31.71 (20480 tokens, 1.2s)"
+std::string format_eval_line(const EvalMetrics& e);
 
 class MetricsWriter {
  public:
   // `jsonl_path` empty ⇒ no file; `tensorboard_dir` empty ⇒ no TensorBoard.
   MetricsWriter(const std::string& jsonl_path, const std::string& tensorboard_dir, int tensorboard_interval = 1);
   void write(const StepMetrics& m);
+  // A line {"step", "eval": "valid", "val_loss", "val_ppl", "val_tokens", "eval_time_s",
+  // "eval_mem_peak_bytes"} and the
+  // TensorBoard scalars val/loss and val/ppl (test/... for the test split).
+  void write(const EvalMetrics& e);
   // An arbitrary scalar (monitor callbacks); goes to TensorBoard and to the next jsonl line.
   void add_scalar(const std::string& tag, double value, int64_t step);
   // A fact of the whole run (the CPU matrix path, say) written on every jsonl line: the file has

@@ -22,6 +22,7 @@
 #include "loom/optim/optimizer_factory.h"
 #include "loom/optim/placement_muon_sharding.h"
 #include "loom/runtime/checkpoint_reader.h"
+#include "loom/runtime/evaluation.h"
 #include "loom/runtime/schedule.h"
 #include "loom/train/builtin_callbacks.h"
 #include "loom/train/finite_state.h"
@@ -104,6 +105,7 @@ void Trainer::build() {
 
   build_model();
   build_data();
+  build_validation();
   build_optimizer();
   build_checkpointing();
   build_monitoring();
@@ -147,6 +149,51 @@ void Trainer::build_data() {
   data::ShardInfo shard = data::data_parallel_shard(rank(), world_size(), dims.tp(), dims.cp(), dims.pp());
   loader_ = data::build_data_loader(resolved_.loader_options(), config_.training.local_batch_size, shard);
   seq_length_ = loader_->sample_options().sequence_length;
+}
+
+void Trainer::build_validation() {
+  if (config_.training.eval_interval <= 0) return;
+  const dist::ParallelDims& dims = resolved_.layout.dims;
+  data::ShardInfo shard = data::data_parallel_shard(rank(), world_size(), dims.tp(), dims.cp(), dims.pp());
+  // Its batches are built on this thread when an evaluation reads them: no worker prefetches
+  // beside the training steps in between.
+  data::LoaderOptions options = resolved_.loader_options();
+  options.num_parallel_workers = 0;
+  valid_loader_ = data::build_data_loader(options, config_.training.local_batch_size, shard, data::Split::valid);
+  // A global batch is one step's micro-batches on every data-parallel rank.
+  const int64_t per_epoch = valid_loader_->batches_per_epoch() / state_.num_accumulation_steps;
+  eval_batches_ = config_.training.eval_iters == -1 ? per_epoch : config_.training.eval_iters;
+  LOOM_CHECK(per_epoch >= 1, DataError, "the validation split holds ", valid_loader_->dataset_size(),
+             " samples, fewer than one global batch of ", config_.training.global_batch_size, ": give it more "
+             "data (train_dataset.dataloader.config.split or sizes) or lower training.global_batch_size");
+  if (eval_batches_ > per_epoch)
+    log::warn("training.eval_iters = ", eval_batches_, " global batches is more than the validation split's ",
+              per_epoch, ": an evaluation reads some of them twice (-1 reads the split once)");
+  log::info("validation every ", config_.training.eval_interval, " steps and after the last: ", eval_batches_,
+            " global batch", eval_batches_ == 1 ? "" : "es", " of ", config_.training.global_batch_size, " samples");
+}
+
+bool Trainer::validates_after(int64_t step) const {
+  const int64_t every = config_.training.eval_interval;
+  return every > 0 && (step % every == 0 || step == config_.training.steps);
+}
+
+EvalMetrics Trainer::validate() {
+  LOOM_TRACE("step", "validation");
+  // Every validation reads the split's first batches, so the curve compares point to point.
+  valid_loader_->set_consumed_samples(0);
+  reset_peak_memory();
+  const runtime::LossEvaluation e =
+      runtime::evaluate_loss(runtime_->schedule(), [this] { return valid_loader_->next(); }, eval_batches_,
+                             resolved_.layout.dims.num_dataset_shards());
+  EvalMetrics m;
+  m.step = state_.global_step;
+  m.loss = e.loss;
+  m.perplexity = e.perplexity;
+  m.tokens = e.loss_tokens;
+  m.seconds = e.seconds;
+  m.mem_peak_bytes = memory_stats().peak_bytes;
+  return m;
 }
 
 void Trainer::build_optimizer() {
@@ -444,6 +491,12 @@ TrainSummary Trainer::train() {
     }
     if (state_.epoch != epoch_before) fire(&Callback::on_epoch_end);
     fire(&Callback::on_step_end, &m);
+    if (validates_after(state_.global_step)) {
+      const EvalMetrics e = validate();
+      metrics_->write(e);
+      if (!options_.quiet) log::info(format_eval_line(e));
+      summary.last_val_loss = e.loss;
+    }
     const std::string log_error = log::file_error();
     LOOM_CHECK(log_error.empty(), IOError, log_error, " (at step ", state_.global_step, "); free space or pass --output "
                "on another disk, then resume from the last checkpoint");

@@ -7,6 +7,9 @@
 //   grad norm  the global norm over every rank's local grads, and clipping (optim/grad_norm.h)
 //   update     the optimizer with lr = lr_schedule(global_step)
 //   book-keep  consumed_samples and global_step, metrics, callbacks, checkpoints
+//   validate   every training.eval_interval steps and after the last: the first eval_iters
+//              global batches of the validation split through the schedule's eval mode
+//              (runtime/evaluation.h), which changes nothing the next step reads
 //
 // The parallel layout was applied once, by the runtime (one process is a mesh of size one), and
 // what a step needs from the layout beyond the schedule is the model hooks' (model_hooks.h), so
@@ -16,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +65,7 @@ struct TrainSummary {
   bool interrupted = false;
   int64_t steps_run = 0;        // steps this run took
   int64_t skipped_updates = 0;  // of them, steps whose update was skipped (non-finite, above threshold)
+  std::optional<double> last_val_loss;  // the last validation of this run, when one ran
 };
 
 class Trainer {
@@ -103,6 +108,8 @@ class Trainer {
   void prepare_run_directory();
   void build_model();
   void build_data();
+  // The validation loader and how many global batches an evaluation reads (eval_interval > 0).
+  void build_validation();
   void build_optimizer();
   void build_checkpointing();
   void build_monitoring();
@@ -110,6 +117,9 @@ class Trainer {
   void load_sharded(const std::string& dir, bool load_optim);
   // One optimizer step; returns the tokens it trained on over every data-parallel rank.
   int64_t train_step(StepMetrics& m);
+  // Whether the validation runs after optimizer step `step`, and the validation itself.
+  bool validates_after(int64_t step) const;
+  EvalMetrics validate();
   // The grad norm with every rank's grads, then clipping; returns the pre-clip norm.
   double clip_gradients();
   // Why the health check skips this update ("" to apply it): a non-finite loss or norm, or a norm
@@ -135,6 +145,8 @@ class Trainer {
   int64_t seq_length_ = 0;
   std::unique_ptr<ModelHooks> hooks_;
   std::unique_ptr<data::DataLoader> loader_;
+  std::unique_ptr<data::DataLoader> valid_loader_;  // null without training.eval_interval
+  int64_t eval_batches_ = 0;                        // global batches per validation
   std::shared_ptr<optim::LrScheduler> scheduler_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<CheckpointManager> checkpoints_;
