@@ -13,6 +13,7 @@
 #include "loom/config/config_node.h"
 #include "loom/config/diagnostics.h"
 #include "loom/config/yaml_reader.h"
+#include "loom/core/byte_size.h"
 #include "loom/core/error.h"
 #include "loom/core/log.h"
 #include "loom/models/convert.h"
@@ -32,7 +33,8 @@ constexpr const char* kUsage =
     "      --config: the training YAML (its model: section), a JSON model section or an HF\n"
     "      config.json; needed when the checkpoint does not record its model configuration.\n"
     "      --dtype: store weights as float32 or bfloat16 (default: as saved).\n"
-    "      --max-shard-size: bytes per safetensors shard, e.g. 5GB, 500MB (default 5GB).\n";
+    "      --max-shard-size: bytes per safetensors shard (default 5GB): bytes, K/M/G/T or\n"
+    "      KiB/MiB/GiB/TiB (binary), KB/MB/GB/TB (decimal), e.g. 5GB, 500MB.\n";
 
 Json read_model_section(const std::string& path) {
   const bool yaml = path.ends_with(".yaml") || path.ends_with(".yml");
@@ -60,23 +62,11 @@ Json read_model_section(const std::string& path) {
   return doc;
 }
 
-int64_t parse_size(const std::string& text) {
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    LOOM_THROW(ValueError, "--max-shard-size '", text, "' is not a size such as 5GB or 500000000");
-  }
-  std::string unit = text.substr(pos);
-  double scale = 1;
-  if (unit == "KB") scale = 1e3;
-  else if (unit == "MB") scale = 1e6;
-  else if (unit == "GB") scale = 1e9;
-  else LOOM_CHECK(unit.empty() || unit == "B", ValueError, "--max-shard-size '", text,
-                  "': unknown unit '", unit, "' (use B, KB, MB or GB)");
-  LOOM_CHECK(v > 0, ValueError, "--max-shard-size must be positive, got ", text);
-  return static_cast<int64_t>(v * scale);
+int64_t parse_shard_size(const std::string& text) {
+  const std::optional<int64_t> bytes = loom::parse_byte_size(text);
+  LOOM_CHECK(bytes.has_value(), ValueError, "--max-shard-size '", text, "' is not a size: write ",
+             loom::kByteSizeUnits);
+  return *bytes;
 }
 
 // key=value with value parsed as JSON when it is JSON (numbers, true/false, lists), else a string.
@@ -113,7 +103,7 @@ int run_convert(const std::vector<std::string>& args) {
     else if (a == "--out") out = value();
     else if (a == "--config") config = value();
     else if (a == "--dtype") save.dtype = loom::dtype_from_name(value());
-    else if (a == "--max-shard-size") save.max_shard_bytes = parse_size(value());
+    else if (a == "--max-shard-size") save.max_shard_bytes = parse_shard_size(value());
     else if (a == "--set") apply_set(overrides, value());
     else LOOM_THROW(ValueError, "unknown option '", a, "'\n", kUsage);
   }

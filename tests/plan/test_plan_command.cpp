@@ -64,5 +64,25 @@ TEST(PlanCommand, ALayoutCheckConfigRefusesIsRefusedWithItsMessage) {
       << err;
 }
 
+// The plan prints sizes in GiB; --device-memory reads them back, as every size flag does
+// (core/byte_size.h): 141GiB and 141G are the same bytes, 141GB the decimal size.
+TEST(PlanCommand, DeviceMemoryTakesTheUnitsThePlanPrints) {
+  auto planned_memory = [](const std::string& size) {
+    std::string out, err;
+    EXPECT_EQ(run({"--config", kDeepSeek, "--world-size", "2048", "--device", kH800, "--json", "--device-memory", size},
+                  &out, &err),
+              0)
+        << size << ": " << err;
+    return out.empty() ? int64_t{-1} : nlohmann::json::parse(out)["device_memory_bytes"].get<int64_t>();
+  };
+  EXPECT_EQ(planned_memory("141GiB"), int64_t{141} << 30);
+  EXPECT_EQ(planned_memory("141G"), int64_t{141} << 30);
+  EXPECT_EQ(planned_memory("141 gib"), int64_t{141} << 30);
+  EXPECT_EQ(planned_memory("141GB"), int64_t{141'000'000'000});
+  std::string err;
+  EXPECT_EQ(run({"--config", kDeepSeek, "--world-size", "2048", "--device-memory", "141GiBs"}, nullptr, &err), 2);
+  EXPECT_NE(err.find("KiB/MiB/GiB/TiB (binary) or KB/MB/GB/TB (decimal)"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace loom::plan

@@ -10,6 +10,7 @@
 
 #include "loom/config/checks.h"
 #include "loom/core/allocator.h"
+#include "loom/core/byte_size.h"
 #include "loom/core/error.h"
 #include "loom/kernels/tiling.h"
 #include "loom/models/accounting.h"
@@ -170,24 +171,6 @@ std::optional<std::int64_t> mem_available() {
 
 }  // namespace
 
-std::optional<std::int64_t> parse_size(std::string text) {
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
-  if (text.empty()) return std::nullopt;
-  double scale = 1;
-  const char last = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
-  const std::string units = "KMGT";
-  if (auto u = units.find(last); u != std::string::npos) {
-    scale = std::pow(1024.0, static_cast<double>(u + 1));
-    text.pop_back();
-  } else if (last == 'B') {
-    text.pop_back();
-  }
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || *end != '\0' || !std::isfinite(v) || v <= 0 || v * scale > 9.0e18) return std::nullopt;
-  return static_cast<std::int64_t>(v * scale);
-}
-
 std::string LayerRecompute::covering(const std::string& owner) const {
   for (const std::string& s : modules)
     if (!owner.empty() && (owner == s || owner.rfind(s + ".", 0) == 0)) return s;
@@ -319,10 +302,9 @@ std::optional<HostMemory> host_memory() {
   if (const char* env = std::getenv("LOOM_MEMORY_LIMIT"); env && *env) {
     const std::string text = env;
     if (text == "off") return std::nullopt;
-    const auto bytes = parse_size(text);
-    LOOM_CHECK(bytes.has_value(), ConfigError, "LOOM_MEMORY_LIMIT='", text, "' is not a size: write bytes or a number "
-               "with K, M, G or T (binary units), e.g. LOOM_MEMORY_LIMIT=64G, or LOOM_MEMORY_LIMIT=off to skip the "
-               "start-up memory check");
+    const auto bytes = parse_byte_size(text);
+    LOOM_CHECK(bytes.has_value(), ConfigError, "LOOM_MEMORY_LIMIT='", text, "' is not a size: write ", kByteSizeUnits,
+               ", or LOOM_MEMORY_LIMIT=off to skip the start-up memory check");
     return HostMemory{*bytes, "LOOM_MEMORY_LIMIT"};
   }
   std::optional<HostMemory> out;

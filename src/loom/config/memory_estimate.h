@@ -111,10 +111,6 @@ std::optional<HostMemory> host_memory();
 std::string memory_fit_problem(const MemoryEstimate& estimate, const HostMemory& host, const TrainConfig& config,
                                const models::ModelArgs& model, const memory::RecomputeOptions& recompute);
 
-// "64G", "1.5T", "4096": bytes, or a number with K, M, G or T (binary units, an optional B);
-// nullopt when it is not a positive size.
-std::optional<std::int64_t> parse_size(std::string text);
-
 // 1536 -> "1.5 KiB".
 std::string format_bytes(std::int64_t bytes);
 

@@ -5,6 +5,7 @@
 
 #include "loom/config/config.h"
 #include "loom/config/memory_estimate.h"
+#include "loom/core/byte_size.h"
 #include "loom/core/error.h"
 #include "loom/plan/report.h"
 #include "loom/plan/sweep.h"
@@ -24,8 +25,9 @@ std::string plan_usage() {
          "  --world-size N         number of ranks (devices)\n"
          "  --device D             cpu (this machine, one rank per core; default), h100, h200, or a\n"
          "                         YAML/JSON profile file (docs/plan.md \"Device profiles\")\n"
-         "  --device-memory M      bytes per rank the plan must fit (K/M/G/T suffixes, binary), or\n"
-         "                         auto (the profile's memory; default)\n"
+         "  --device-memory M      bytes per rank the plan must fit, or auto (the profile's memory;\n"
+         "                         default): bytes, K/M/G/T or KiB/MiB/GiB/TiB (binary), KB/MB/GB/TB\n"
+         "                         (decimal), e.g. 80G, 141GiB\n"
          "  --sweep                list every valid layout of N ranks that fits, fastest first\n"
          "  --json                 print JSON (docs/plan.md \"JSON\") instead of tables\n"
          "  --set key=value        override a configuration value, as for check-config; repeatable\n"
@@ -102,9 +104,9 @@ int run_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
   }
   int64_t device_memory = device.memory_bytes;
   if (memory_text != "auto") {
-    const auto bytes = config::parse_size(memory_text);
-    if (!bytes) return usage_error("--device-memory '" + memory_text + "' is not a size: write bytes or a number "
-                                   "with K, M, G or T (binary units), e.g. --device-memory 80G, or auto");
+    const auto bytes = parse_byte_size(memory_text);
+    if (!bytes) return usage_error("--device-memory '" + memory_text + "' is not a size: write " + kByteSizeUnits +
+                                   ", or auto");
     device_memory = *bytes;
   }
 
