@@ -269,8 +269,8 @@ TEST(LrScheduler, UnknownKeysWarn) {
   expect_lr(*s, 10, 0.005);  // decays to 0, not to the ignored lr_end
 }
 
-TEST(LrScheduler, AllNineTypesAndAliasesBuild) {
-  EXPECT_EQ(lr_scheduler_types().size(), 9u);
+TEST(LrScheduler, AllTenTypesAndAliasesBuild) {
+  EXPECT_EQ(lr_scheduler_types().size(), 10u);
   const char* cases[] = {
       R"({"type": "constant_with_warmup", "warmup_steps": 0})",
       R"({"type": "linear", "warmup_steps": 0})",
@@ -281,6 +281,7 @@ TEST(LrScheduler, AllNineTypesAndAliasesBuild) {
       R"({"type": "cosine_annealing", "base_lr": 1e-5, "t_max": 10})",
       R"({"type": "cosine_annealing_warm_restarts", "base_lr": 1e-5, "t_0": 10})",
       R"({"type": "ConstantWithCoolDownLR", "warmup_steps": 0, "decay_steps": 5})",
+      R"({"type": "LearningRateWiseLayer", "lr_scale": 0.5, "base_lr": {"type": "cosine"}})",
   };
   std::vector<std::string> types;
   for (const char* c : cases) types.push_back(sched(c)->type());
@@ -300,4 +301,35 @@ TEST(LrScheduler, StateRecordsResolvedParameters) {
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(s->load_state(changed), (std::vector<std::string>{"learning_rate"}));
   EXPECT_NE(::testing::internal::GetCapturedStderr().find("different schedule"), std::string::npos);
+}
+
+// training_hyperparameters.md §2 registers LearningRateWiseLayer (MindFormers' lr_schedule.py):
+// lr(t) = lr_scale * base_lr(t) in float32, base_lr being any schedule written as a map; it takes
+// the section's learning_rate when it writes none, and training.steps as its total_steps.
+TEST(LrScheduler, LearningRateWiseLayerScalesItsBaseSchedule) {
+  auto base = sched(R"({"type": "CosineWithWarmUpLR", "learning_rate": 0.01, "warmup_steps": 2})", 20);
+  auto wise = sched(R"({"type": "LearningRateWiseLayer", "learning_rate": 0.01, "lr_scale": 0.25,
+                        "base_lr": {"type": "CosineWithWarmUpLR", "warmup_steps": 2}})", 20);
+  EXPECT_EQ(wise->type(), "LearningRateWiseLayer");
+  for (int64_t t : {0, 1, 2, 7, 19})
+    EXPECT_EQ(wise->lr_at(t), static_cast<double>(0.25f * static_cast<float>(base->lr_at(t)))) << t;
+  expect_lr(*wise, 1, 0.25 * 0.005);
+  EXPECT_EQ(wise->state()["base_lr"]["type"], "CosineWithWarmUpLR");
+  EXPECT_EQ(wise->state()["base_lr"]["total_steps"], 20);
+  EXPECT_EQ(wise->state()["lr_scale"], 0.25);
+  // The base schedule's own problems carry its path; the required keys are named.
+  EXPECT_NE(config_error(R"({"type": "LearningRateWiseLayer", "lr_scale": 0.5})")
+                .find("lr_scheduler.base_lr: is required by LearningRateWiseLayer"),
+            std::string::npos);
+  EXPECT_NE(config_error(R"({"type": "LearningRateWiseLayer", "base_lr": {"type": "cosine"}})")
+                .find("lr_scheduler.lr_scale: is required by LearningRateWiseLayer"),
+            std::string::npos);
+  EXPECT_NE(config_error(R"({"type": "LearningRateWiseLayer", "lr_scale": 1, "base_lr": {"type": "cosine",
+                             "warmup_ratio": 2}})")
+                .find("lr_scheduler.base_lr.warmup_ratio: must be in [0, 1], got 2"),
+            std::string::npos);
+  EXPECT_NE(config_error(R"({"type": "LearningRateWiseLayer", "learning_rate": 0.1, "lr_scale": 1,
+                             "base_lr": {"type": "cosine", "learning_rate": 0.2}})")
+                .find("lr_scheduler.learning_rate: is also set in base_lr"),
+            std::string::npos);
 }

@@ -322,6 +322,39 @@ std::unique_ptr<LrScheduler> constant_cooldown(OptionReader& r, const std::strin
   });
 }
 
+std::unique_ptr<LrScheduler> read_schedule(const json& section, const std::string& name, int64_t total_steps,
+                                           OptionProblems& problems);
+
+// MindFormers' LearningRateWiseLayer(base_lr, lr_scale): lr_scale * base_lr(t), in float32. Its
+// base_lr is a schedule of its own (any registered type, read like the section itself); when it
+// writes no learning_rate it takes the section's.
+std::unique_ptr<LrScheduler> wise_layer(OptionReader& r, const std::string& type, int64_t total) {
+  const std::optional<double> scale = r.number("lr_scale");
+  if (!scale && !r.has("lr_scale")) r.error("lr_scale", "is required by " + type + " (the factor of base_lr's rate)");
+  if (scale && !(*scale >= 0.0)) r.error("lr_scale", "must be >= 0, got " + format_float(*scale));
+  const json* base = r.raw("base_lr");
+  if (!base || !base->is_object()) {
+    r.error("base_lr", base ? "expected a map (a schedule such as {type: CosineWithWarmUpLR, learning_rate: 1.e-4, "
+                              "warmup_ratio: 0.01}), got " + describe_json(*base)
+                            : "is required by " + type + ": the schedule to scale, e.g. {type: ConstantWarmUpLR, "
+                              "warmup_steps: 0}");
+    return nullptr;
+  }
+  json inner = *base;
+  if (const json* lr = r.raw("learning_rate")) {
+    if (inner.contains("learning_rate"))
+      r.error("learning_rate", "is also set in base_lr; write the rate in one place (base_lr.learning_rate)");
+    else inner["learning_rate"] = *lr;
+  }
+  std::shared_ptr<LrScheduler> base_schedule = read_schedule(inner, r.path("base_lr"), total, r.problems());
+  if (!base_schedule) return nullptr;
+  const float factor = f32(scale.value_or(1.0));
+  json state{{"type", type}, {"lr_scale", scale.value_or(1.0)}, {"base_lr", base_schedule->state()}};
+  return make(type, std::move(state), [factor, base_schedule](float t) {
+    return factor * f32(base_schedule->lr_at(static_cast<int64_t>(t)));
+  });
+}
+
 struct Entry {
   const char* type;
   const char* alias;
@@ -338,6 +371,7 @@ const Entry kEntries[] = {
     {"CosineAnnealingLR", "cosine_annealing", cosine_annealing},
     {"CosineAnnealingWarmRestarts", "cosine_annealing_warm_restarts", cosine_annealing_restarts},
     {"ConstantWithCoolDownLR", nullptr, constant_cooldown},
+    {"LearningRateWiseLayer", nullptr, wise_layer},
 };
 
 }  // namespace
@@ -348,8 +382,11 @@ std::vector<std::string> lr_scheduler_types() {
   return out;
 }
 
-std::unique_ptr<LrScheduler> read_lr_scheduler(const json& section, int64_t total_steps, OptionProblems& problems) {
-  OptionReader r(section, "lr_scheduler", problems);
+namespace {
+
+std::unique_ptr<LrScheduler> read_schedule(const json& section, const std::string& name, int64_t total_steps,
+                                           OptionProblems& problems) {
+  OptionReader r(section, name, problems);
   std::vector<std::string> names;  // class names and aliases, as the messages list them
   for (const Entry& e : kEntries) {
     names.emplace_back(e.type);
@@ -378,6 +415,12 @@ std::unique_ptr<LrScheduler> read_lr_scheduler(const json& section, int64_t tota
   std::unique_ptr<LrScheduler> scheduler = entry->build(r, entry->type, total_steps);
   r.warn_unread(entry->type);
   return scheduler;
+}
+
+}  // namespace
+
+std::unique_ptr<LrScheduler> read_lr_scheduler(const json& section, int64_t total_steps, OptionProblems& problems) {
+  return read_schedule(section, "lr_scheduler", total_steps, problems);
 }
 
 std::unique_ptr<LrScheduler> build_lr_scheduler(const json& section, int64_t total_steps) {

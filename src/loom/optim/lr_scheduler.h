@@ -7,7 +7,8 @@
 // Types (and lower-case aliases): ConstantWarmUpLR (constant_with_warmup), LinearWithWarmUpLR
 // (linear), CosineWithWarmUpLR (cosine), CosineWithRestartsAndWarmUpLR (cosine_with_restarts),
 // PolynomialWithWarmUpLR (polynomial), WarmUpStableDecayLR, CosineAnnealingLR (cosine_annealing),
-// CosineAnnealingWarmRestarts (cosine_annealing_warm_restarts), ConstantWithCoolDownLR.
+// CosineAnnealingWarmRestarts (cosine_annealing_warm_restarts), ConstantWithCoolDownLR,
+// LearningRateWiseLayer (lr_scale times the schedule its base_lr map describes).
 #pragma once
 
 #include <cstdint>
