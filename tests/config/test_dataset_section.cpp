@@ -157,3 +157,35 @@ TEST(DatasetSection, UnknownKeysWarnOnce) {
             std::string::npos)
       << c;
 }
+
+// spec training_hyperparameters.md §3.3: training.seed unifies initialisation and data shuffling,
+// so the per-epoch reshuffle (dataloader.shuffle) follows it unless dataloader.config.seed is
+// written; the GPTDataset's own index shuffle keeps dataloader.config.seed (1234 by default).
+TEST(DatasetSection, TrainingSeedDrivesTheShuffleUnlessTheDataSeedIsGiven) {
+  const std::string shuffled = edited("    shuffle: false\n", "    shuffle: true\n");
+  EXPECT_EQ(loader_of(shuffled).shuffle_seed, 42);  // training.seed's default
+  const data::LoaderOptions seeded = loader_of(shuffled + "training:\n  seed: 9\n");
+  EXPECT_EQ(seeded.shuffle_seed, 9);
+  EXPECT_EQ(seeded.config.seed, 1234);
+  const std::string own = edited("      seq_length: 8\n", "      seq_length: 8\n      seed: 5\n");
+  const data::LoaderOptions explicit_seed = loader_of(own + "training:\n  seed: 9\n");
+  EXPECT_EQ(explicit_seed.shuffle_seed, 5);
+  EXPECT_EQ(explicit_seed.config.seed, 5);
+}
+
+// Without a loss_mask column the loss mask is input_ids != pad (MindFormers' CrossEntropyLoss), so
+// eod_mask_loss has nothing to act on: one warning says so at the field.
+TEST(DatasetSection, EodMaskLossWithoutALossMaskColumnWarns) {
+  const std::string no_mask_column =
+      edited("    column_names: [input_ids, labels, loss_mask, position_ids]\n", "    column_names: [input_ids, labels]\n");
+  const std::string eod_masked = "      eod_mask_loss: true\n      seq_length: 8\n";
+  const std::string w = warnings(edited("      seq_length: 8\n", eod_masked));
+  EXPECT_EQ(w.find("column_names lists no loss_mask"), std::string::npos) << w;
+  std::string both = no_mask_column;
+  both.replace(both.find("      seq_length: 8\n"), 20, eod_masked);
+  const std::string warned = warnings(both);
+  EXPECT_EQ(count(warned, "train_dataset.dataloader.config.eod_mask_loss: is True but train_dataset.dataloader."
+                          "column_names lists no loss_mask"),
+            1)
+      << warned;
+}

@@ -329,3 +329,42 @@ TEST(DataLoader, RefusesOptionsTheConfigurationWouldReject) {
   other.type = "HFDataLoader";
   EXPECT_THROW(build_data_loader(other, 2), loom::Error);
 }
+
+// train_dataset.dataloader.column_names (spec configuration.md): without a loss_mask column the
+// loss counts the positions whose input is not pad (MindFormers' CrossEntropyLoss: loss_mask =
+// input_ids != pad_token_id); with it, the dataset's mask (eod_mask_loss, pad labels).
+TEST(DataLoader, WithoutALossMaskColumnTheMaskIsInputsNotPad) {
+  loom::testing::TempDir dir;
+  const std::string prefix = dir.file("corpus_text_document");
+  // Documents of 7 tokens ending in EOD 0: every 8-token sample holds an EOD, no other token is 0.
+  write_dataset(prefix, TokenDType::u16, numbered_documents(std::vector<int64_t>(30, 7), 0));
+  struct Masked {
+    std::vector<float> mask, input_is_0, label_is_0;
+  };
+  auto batch = [&](std::vector<std::string> columns, int64_t pad, bool eod_mask_loss) {
+    LoaderOptions o = minimal_options(prefix);
+    o.column_names = std::move(columns);
+    o.config.pad = pad;
+    o.config.eod_mask_loss = eod_mask_loss;
+    o.config.path_to_cache = dir.file("cache");
+    o.num_parallel_workers = 0;
+    const Batch b = build_data_loader(o, 1)->next();
+    Masked r;
+    for (int i = 0; i < 8; ++i) {
+      r.mask.push_back(b.loss_mask.data<float>()[i]);
+      r.input_is_0.push_back(b.input_ids.data<int32_t>()[i] == 0 ? 0.0f : 1.0f);
+      r.label_is_0.push_back(b.labels.data<int32_t>()[i] == 0 ? 0.0f : 1.0f);
+    }
+    return r;
+  };
+  const std::vector<std::string> with_mask = {"input_ids", "labels", "loss_mask"}, without = {"input_ids", "labels"};
+  const Masked eod_masked = batch(with_mask, -1, true);
+  EXPECT_NE(eod_masked.input_is_0, std::vector<float>(8, 1.0f));  // the sample holds an EOD
+  EXPECT_EQ(eod_masked.mask, eod_masked.input_is_0);               // eod_mask_loss: inputs that are EOD
+  EXPECT_EQ(batch(without, -1, true).mask, std::vector<float>(8, 1.0f));  // no pad among the inputs
+  const Masked pad_labels = batch(with_mask, 0, false);
+  EXPECT_EQ(pad_labels.mask, pad_labels.label_is_0);               // the dataset's mask: labels that are pad
+  const Masked pad_inputs = batch(without, 0, false);
+  EXPECT_EQ(pad_inputs.mask, pad_inputs.input_is_0);               // input_ids != pad
+  EXPECT_NE(pad_inputs.mask, pad_labels.mask);
+}

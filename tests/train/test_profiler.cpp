@@ -44,3 +44,30 @@ TEST(Profiler, ChromeTraceWithStepModuleAndOpSpans) {
   EXPECT_TRUE(ops.count("linear") && ops.count("attention") && ops.count("rms_norm") && ops.count("swiglu"));
   EXPECT_TRUE(counter);
 }
+
+// start_step and end_step are absolute optimizer steps (spec configuration.md "profiler"): a run
+// resumed at step 2 with the range 2..3 starts at step 3 and still traces it.
+TEST(Profiler, AResumedRunTracesTheRestOfItsRange) {
+  lt::TempDir dir;
+  train::ProfilerOptions o;
+  o.enable = true;
+  o.start_step = 2;
+  o.end_step = 3;
+  train::Profiler resumed(o, 0, dir.file("trace"));
+  resumed.on_step_begin(3);
+  EXPECT_TRUE(resumed.active());
+  resumed.on_step_end(3);
+  ASSERT_FALSE(resumed.written_path().empty());
+  std::ifstream in(resumed.written_path());
+  std::set<std::string> steps;
+  for (auto& e : nlohmann::json::parse(in)["traceEvents"])
+    if (e["cat"] == "step") steps.insert(e["name"].get<std::string>());
+  EXPECT_EQ(steps, (std::set<std::string>{"step 3"}));
+  // After its range, and before it, nothing is traced.
+  train::Profiler late(o, 0, dir.file("late"));
+  late.on_step_begin(4);
+  EXPECT_FALSE(late.active());
+  train::Profiler early(o, 0, dir.file("early"));
+  early.on_step_begin(1);
+  EXPECT_FALSE(early.active());
+}

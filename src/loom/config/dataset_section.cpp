@@ -257,6 +257,19 @@ LoaderReading read_loader_options(const TrainConfig& config, Diagnostics& diag) 
     }
   }
   if (!has_config) r.gap(dl + ".config", dl + ".config is required (seq_length, data_path, split, ...)");
+  // The spec: training.seed unifies initialisation and data shuffling; an explicit
+  // dataloader.config.seed keeps its own value.
+  const bool data_seed = has_config && d.extras["config"].is_object() &&
+                         (d.extras["config"].contains("seed") || d.extras["config"].contains("random_seed"));
+  o.shuffle_seed = data_seed ? o.config.seed : config.training.seed;
+  // Without a loss_mask column the loss mask is input_ids != pad (MindFormers' CrossEntropyLoss),
+  // so the dataset's own loss-mask options have nothing to act on.
+  const bool mask_column = std::find(o.column_names.begin(), o.column_names.end(), "loss_mask") != o.column_names.end();
+  if (!mask_column && o.config.eod_mask_loss)
+    diag.warn(dl + ".config.eod_mask_loss",
+              "is True but " + dl + ".column_names lists no loss_mask, so the loss counts every position whose input "
+              "is not pad (input_ids != pad, the reference's rule without a loss_mask column) and EOD positions are "
+              "not masked; add loss_mask to column_names");
   return out;
 }
 

@@ -299,7 +299,9 @@ std::unique_ptr<DataLoader> build_data_loader(const LoaderOptions& options, int6
                                        !c.test_data_path.empty()),
               "exactly one of data_path and train/valid/test_data_path");
   LOOM_ASSERT(c.data_path.empty() || c.split.has_value(), "data_path without split");
-  const SampleOptions sample = sample_options_from(options.config);
+  SampleOptions sample = sample_options_from(options.config);
+  sample.loss_mask_from_inputs = std::find(options.column_names.begin(), options.column_names.end(), "loss_mask") ==
+                                 options.column_names.end();
   for (const auto& name : split == Split::train ? options.column_names : std::vector<std::string>{}) {
     if (name == "attention_mask" && !sample.emits_attention_mask()) {
       log::warn("train_dataset.dataloader.column_names lists attention_mask but the loader builds none "
@@ -316,7 +318,7 @@ std::unique_ptr<DataLoader> build_data_loader(const LoaderOptions& options, int6
   settings.shard = shard;
   settings.drop_remainder = options.drop_remainder;
   settings.shuffle = options.shuffle && split == Split::train;
-  settings.shuffle_seed = static_cast<uint32_t>(options.config.seed);
+  settings.shuffle_seed = static_cast<uint32_t>(options.shuffle_seed);
   settings.num_workers = options.num_parallel_workers;
   settings.prefetch_size = options.prefetch_size;
   auto loader = std::make_unique<DataLoader>(std::move(dataset), sample, settings);

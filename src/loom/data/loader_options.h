@@ -45,6 +45,9 @@ struct LoaderOptions {
   std::array<std::optional<int64_t>, kNumSplits> sizes;  // [train, valid, test] samples; absent = one epoch
   std::vector<std::string> column_names = {"input_ids", "labels"};
   bool shuffle = false;                // reshuffle the blended samples every epoch (seeded)
+  // The seed of that reshuffle: dataloader.config.seed when given, else training.seed (MindFormers
+  // seeds MindSpore, and so its data pipeline's shuffle, with training.seed).
+  int64_t shuffle_seed = 1234;
   bool drop_remainder = true;
   int64_t num_parallel_workers = 8;    // 0 = build batches on the calling thread
   int64_t prefetch_size = 1;

@@ -31,8 +31,12 @@ void build_sample(std::span<const int64_t> text, const SampleOptions& o, bool is
 
   for (int64_t i = 0; i < S; ++i) {
     float m = 1.0f;
-    if (o.eod_mask_loss && token(i) == o.eod) m = 0.0f;  // masks the prediction made after an EOD
-    if (label(i) == o.pad) m = 0.0f;
+    if (o.loss_mask_from_inputs) {
+      if (token(i) == o.pad) m = 0.0f;
+    } else {
+      if (o.eod_mask_loss && token(i) == o.eod) m = 0.0f;  // masks the prediction made after an EOD
+      if (label(i) == o.pad) m = 0.0f;
+    }
     if (is_padding) m = 0.0f;
     out.loss_mask[static_cast<size_t>(i)] = m;
   }

@@ -23,6 +23,10 @@ struct SampleOptions {
   bool create_attention_mask = true;
   bool create_compressed_eod_mask = false;
   int64_t eod_pad_length = 128;         // K, entries of actual_seq_len per sample
+  // Without a loss_mask column (train_dataset.dataloader.column_names) the loss counts every
+  // position whose input is not pad, as MindFormers' CrossEntropyLoss does when the batch has no
+  // loss_mask (loss_mask = input_ids != pad); eod_mask_loss and pad labels then mask nothing.
+  bool loss_mask_from_inputs = false;
 
   // Which optional columns a batch carries. MindFormers returns the compressed mask instead of
   // the dense one when both are requested.

@@ -39,7 +39,9 @@ void Profiler::instrument(nn::Module& model) {
 }
 
 void Profiler::on_step_begin(int64_t step) {
-  if (!selected_ || step != options_.start_step) {
+  // Steps are absolute (global_step + 1): a run resumed inside the range traces the rest of it.
+  const bool in_range = step >= options_.start_step && step <= options_.end_step;
+  if (!selected_ || active_ || !written_.empty() || !in_range) {
     if (active_) step_start_ns_ = trace::now_ns();
     return;
   }
@@ -47,7 +49,7 @@ void Profiler::on_step_begin(int64_t step) {
   trace::start();
   active_ = true;
   step_start_ns_ = trace::now_ns();
-  log::info("profiler: tracing steps ", options_.start_step, "..", options_.end_step);
+  log::info("profiler: tracing steps ", step, "..", options_.end_step);
 }
 
 void Profiler::on_step_end(int64_t step) {
