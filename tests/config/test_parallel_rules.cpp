@@ -258,9 +258,10 @@ TEST(ParallelRules, ModelMustSplitOverTensorAndExpertRanks) {
 TEST(ParallelRules, ComputedAndReservedFieldsWarn) {
   EXPECT_NE(warnings("parallelism:\n  pipeline_parallel_microbatch_size: 4\n").find("is computed, not configured"),
             std::string::npos);
-  EXPECT_NE(warnings("parallelism:\n  pipeline_parallel_enable_dxdw_split: true\n")
-                .find("has no effect without pipeline_parallel_overlap_b_f"),
-            std::string::npos);
+  // Reserved (parallel_training.md): no effect, and the warning does not suggest one with overlap_b_f.
+  const std::string dxdw = warnings("parallelism:\n  pipeline_parallel_enable_dxdw_split: true\n");
+  EXPECT_NE(dxdw.find("has no effect: it is a reserved field"), std::string::npos) << dxdw;
+  EXPECT_EQ(dxdw.find("has no effect without"), std::string::npos) << dxdw;
   // A shard degree the world cannot give is an error (it was a warning, and the run trained on
   // with another layout than the file's).
   EXPECT_NE(errors("parallelism:\n  data_parallel_shard: 16\ntraining:\n  global_batch_size: 8\n", 8)

@@ -63,6 +63,8 @@ Device read_device(const TrainConfig& config, Diagnostics& diag);
 // training, checkpoint, train_dataset's typed fields, monitor, profiler, callbacks, lora_config
 // and the top-level keys (section_checks.cpp).
 void check_sections(const TrainConfig& config, Diagnostics& diag);
+// One warning per field the file writes to ask for something Loom does not do (inert_fields.cpp).
+void warn_inert_fields(const TrainConfig& config, Diagnostics& diag);
 
 // parallelism rules that do not depend on the world size, and the pipeline layer placement
 // (parallel_checks.cpp), on `seq_length` from resolve_seq_length; `data` says whether the batches

@@ -172,6 +172,25 @@ TrainConfig effective_view(const TrainConfig& c) {
   if (p.pipeline_parallel > 1 && schedule == "1f1b" && p.pipeline_parallel_interleave_num > 1)
     schedule = "interleaved_1f1b";
   p.pipeline_parallel_schedule = schedule;
+  // The fields Loom does not act on (inert_fields.cpp), as what Loom does.
+  v.training.deterministic = true;
+  p.data_parallel_shard_strategy = "optim_grads_params";
+  p.dense_fsdp_shard_size.reset();
+  p.enable_mc2 = false;
+  p.enable_loss_parallel = p.tensor_parallel > 1;
+  p.expert_parallel_async_d2h = false;
+  p.expert_parallel_use_safe_tokens = false;
+  p.pipeline_parallel_p2p_transport = "plain";
+  p.pipeline_parallel_enable_dxdw_split = false;
+  v.train_dataset.use_distribute_dataset = false;
+  v.train_dataset.numa_enable = false;
+  v.train_dataset.dataloader.python_multiprocessing = false;
+  v.profiler.mstx = false;
+  v.profiler.with_stack = false;
+  v.profiler.profile_cpu = true;
+  v.checkpoint.save_global_layout_cache = true;
+  v.checkpoint.load_worker_number = 1;
+  v.checkpoint.reshard_worker_num = 1;
   return v;
 }
 

@@ -80,8 +80,6 @@ ParallelChecks check_parallelism(const TrainConfig& c, const models::ModelArgs& 
     diag.warn(P + "pipeline_parallel_microbatch_size",
               "is computed, not configured: it is overwritten with num_accumulation_steps = global_batch_size // "
               "(data_parallel * local_batch_size); change the batch sizes instead");
-  if (p.pipeline_parallel_enable_dxdw_split && !p.pipeline_parallel_overlap_b_f)
-    diag.warn(P + "pipeline_parallel_enable_dxdw_split", "has no effect without pipeline_parallel_overlap_b_f");
 
   // Context parallelism (parallel_training.md §3, reference _validate_cp_method).
   const auto heads = known_size(model.num_attention_heads);

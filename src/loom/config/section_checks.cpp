@@ -318,6 +318,7 @@ void check_sections(const TrainConfig& config, Diagnostics& diag) {
   check_callbacks(config, diag);
   check_lora(config, diag);
   check_top_level(config, diag);
+  warn_inert_fields(config, diag);
 }
 
 }  // namespace loom::config::detail
