@@ -59,9 +59,10 @@ TEST(Profiler, AResumedRunTracesTheRestOfItsRange) {
   resumed.on_step_end(3);
   ASSERT_FALSE(resumed.written_path().empty());
   std::ifstream in(resumed.written_path());
+  const nlohmann::json trace = nlohmann::json::parse(in);
   std::set<std::string> steps;
-  for (auto& e : nlohmann::json::parse(in)["traceEvents"])
-    if (e["cat"] == "step") steps.insert(e["name"].get<std::string>());
+  for (const auto& e : trace["traceEvents"])
+    if (e.value("cat", "") == "step") steps.insert(e["name"].get<std::string>());
   EXPECT_EQ(steps, (std::set<std::string>{"step 3"}));
   // After its range, and before it, nothing is traced.
   train::Profiler late(o, 0, dir.file("late"));
