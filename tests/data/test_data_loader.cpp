@@ -288,7 +288,6 @@ TEST(DataLoader, CompressedEodMaskColumns) {
   o.eod_pad_length = 4;
   DataLoader loader(ds, o, settings(2));
   const Batch b = loader.next();
-  EXPECT_FALSE(b.attention_mask.defined());
   ASSERT_EQ(b.document_ends.shape(), (loom::Shape{2, 4}));
   const int32_t* ends = b.document_ends.data<int32_t>();
   EXPECT_EQ(std::vector<int32_t>(ends, ends + 8), (std::vector<int32_t>{3, 6, 8, 8, 3, 6, 8, 8}));
@@ -309,11 +308,34 @@ TEST(DataLoader, BuildFromLoaderOptions) {
   EXPECT_GE(loader->dataset_size(), 40);
   const Batch b = loader->next();
   EXPECT_EQ(b.input_ids.shape(), (loom::Shape{2, 8}));
-  EXPECT_EQ(b.attention_mask.shape(), (loom::Shape{2, 1, 8, 8}));
-  EXPECT_EQ(b.attention_mask.dtype(), loom::DType::u8);
   const int32_t* in = b.input_ids.data<int32_t>();
   const int32_t* lab = b.labels.data<int32_t>();
   for (int i = 0; i < 7; ++i) EXPECT_EQ(lab[i], in[i + 1]);  // labels are the next tokens
+  // The dense document mask comes as its compressed form: each row's document ends (EOD + 1, a
+  // final EOD at S-1 omitted), padded with S, room for S documents.
+  ASSERT_EQ(b.document_ends.shape(), (loom::Shape{2, 8}));
+  for (int row = 0; row < 2; ++row) {
+    std::vector<int32_t> expected;
+    for (int i = 0; i < 7; ++i)
+      if (in[row * 8 + i] == 0) expected.push_back(i + 1);
+    expected.resize(8, 8);
+    const int32_t* ends = b.document_ends.data<int32_t>() + row * 8;
+    EXPECT_EQ(std::vector<int32_t>(ends, ends + 8), expected) << row;
+  }
+}
+
+// create_attention_mask (the reference's default) without reset_attention_mask is the causal
+// mask, which Loom's attention applies by itself: no mask column at all.
+TEST(DataLoader, TheDenseCausalMaskNeedsNoColumn) {
+  loom::testing::TempDir dir;
+  const std::string prefix = dir.file("corpus_text_document");
+  write_dataset(prefix, TokenDType::u16, numbered_documents(std::vector<int64_t>(30, 7), 0));
+  LoaderOptions o = minimal_options(prefix);
+  o.config.create_attention_mask = true;
+  o.config.path_to_cache = dir.file("cache");
+  const Batch b = build_data_loader(o, 2)->next();
+  EXPECT_FALSE(b.document_ends.defined());
+  EXPECT_FALSE(b.actual_seq_len.defined());
 }
 
 // The options come checked from the configuration; options it would never resolve are refused

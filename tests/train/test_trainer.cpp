@@ -106,6 +106,46 @@ TEST(Trainer, DeterministicRunsAreIdentical) {
     t.train();
   }
   EXPECT_EQ(losses_of(dir.file("r1")), losses_of(dir.file("r2")));
+  // training.deterministic: False changes nothing (docs/configuration.md "Fields without an
+  // effect"): Loom's kernels and reductions always run in a fixed order.
+  config::LoadedConfig loose = lt::tiny_config(lt::tiny_config_yaml(data, 4, 2, 4, "checkpoint:\n  enable_save: False\n"),
+                                               {"training.deterministic=False"});
+  std::string warned;
+  for (const std::string& w : loose.warnings) warned += w + "\n";
+  EXPECT_NE(warned.find("training.deterministic: is False, but Loom's kernels and reductions always run in a fixed "
+                        "order"),
+            std::string::npos)
+      << warned;
+  Trainer t(std::move(loose), lt::quiet_options(dir.file("r3")));
+  t.train();
+  EXPECT_EQ(losses_of(dir.file("r1")), losses_of(dir.file("r3")));
+}
+
+// create_attention_mask: True (the reference's default) asks for Megatron's dense [S, S] mask,
+// which Loom passes in its compressed form (data/sample_builder.h): the causal mask is the
+// attention's own, reset_attention_mask's document mask the documents' ends. The losses equal
+// those of the compressed options, and the documents do change them.
+TEST(Trainer, DenseAttentionMasksTrainAsTheirCompressedForm) {
+  lt::TempDir dir;
+  auto data = lt::write_pattern_dataset(dir);
+  auto losses = [&](const std::string& run, std::vector<std::string> overrides) {
+    overrides.push_back("train_dataset.dataloader.config.eod=3");  // token 3 ends documents in the pattern data
+    Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 4, "checkpoint:\n  enable_save: False\n"), overrides),
+              lt::quiet_options(dir.file(run)));
+    t.train();
+    return losses_of(dir.file(run));
+  };
+  const std::string C = "train_dataset.dataloader.config.";
+  const std::vector<double> dense_causal = losses(
+      "dense_causal", {C + "create_attention_mask=True"});
+  EXPECT_EQ(dense_causal, losses("causal", {C + "create_attention_mask=False"}));
+  const std::vector<double> dense_documents =
+      losses("dense_documents", {C + "create_attention_mask=True", C + "reset_attention_mask=True"});
+  EXPECT_EQ(dense_documents, losses("compressed_documents", {C + "create_attention_mask=False",
+                                                             C + "create_compressed_eod_mask=True",
+                                                             C + "reset_attention_mask=True"}));
+  ASSERT_EQ(dense_documents.size(), 2u);
+  EXPECT_NE(dense_documents, dense_causal);
 }
 
 TEST(Trainer, StopRequestSavesAndReturns) {

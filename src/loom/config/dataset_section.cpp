@@ -262,6 +262,16 @@ LoaderReading read_loader_options(const TrainConfig& config, Diagnostics& diag) 
   const bool data_seed = has_config && d.extras["config"].is_object() &&
                          (d.extras["config"].contains("seed") || d.extras["config"].contains("random_seed"));
   o.shuffle_seed = data_seed ? o.config.seed : config.training.seed;
+  // Megatron's dense [S, S] mask (create_attention_mask, the reference's default) is causal, or
+  // causal within documents with reset_attention_mask; Loom builds that compressed form instead.
+  if (has_config && o.config.create_attention_mask && !o.config.create_compressed_eod_mask)
+    diag.note(dl + ".config.create_attention_mask is True: Loom builds no dense seq_length x seq_length mask; the "
+              "attention is causal by itself" +
+              std::string(o.config.reset_attention_mask
+                              ? ", and reset_attention_mask's document mask is passed as the documents' ends (the "
+                                "compressed form create_compressed_eod_mask gives)"
+                              : "") +
+              ", with the same losses as the dense mask");
   // Without a loss_mask column the loss mask is input_ids != pad (MindFormers' CrossEntropyLoss),
   // so the dataset's own loss-mask options have nothing to act on.
   const bool mask_column = std::find(o.column_names.begin(), o.column_names.end(), "loss_mask") != o.column_names.end();

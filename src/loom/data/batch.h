@@ -15,10 +15,10 @@ struct Batch {
   Tensor labels;          // int32 [B, S], the next token of each input (pad positions hold 0)
   Tensor loss_mask;       // float32 [B, S], 1 = position counts in the loss
   Tensor position_ids;    // int32 [B, S], restarting after each EOD with reset_position_ids
-  // uint8 [B, 1, S, S], 1 = masked out (Megatron/MindFormers convention). Undefined unless
-  // create_attention_mask is on and create_compressed_eod_mask is off.
-  Tensor attention_mask;
-  // Compressed EOD mask, defined when create_compressed_eod_mask is on (K = eod_pad_length):
+  // No dense [S, S] attention mask: the one create_attention_mask asks for is causal (Loom's
+  // attention is), or causal within documents, which the document ends below express.
+  // Compressed EOD mask, defined when create_compressed_eod_mask is on (K = eod_pad_length), and
+  // for the dense mask with reset_attention_mask (K = S):
   //  document_ends   int32 [B, K]: per sample, the ascending exclusive end of each packed
   //                  document (EOD position + 1), a final EOD at S-1 omitted, padded with S.
   //                  This is MindFormers' per-sample `actual_seq_len` (the last entry is always S:

@@ -115,8 +115,7 @@ Batch DataLoader::build_batch(const Position& p) const {
   b.labels = host_tensor({rows, S}, DType::i32);
   b.loss_mask = host_tensor({rows, S}, DType::f32);
   b.position_ids = host_tensor({rows, S}, DType::i32);
-  const int64_t K = sample_.eod_pad_length;
-  if (sample_.emits_attention_mask()) b.attention_mask = host_tensor({rows, 1, S, S}, DType::u8);
+  const int64_t K = sample_.document_ends_length();
   if (sample_.emits_document_ends()) {
     b.document_ends = host_tensor({rows, K}, DType::i32);
     b.actual_seq_len = host_tensor({rows, K}, DType::i32);
@@ -134,9 +133,6 @@ Batch DataLoader::build_batch(const Position& p) const {
     cols.labels = {b.labels.data<int32_t>() + i * S, static_cast<size_t>(S)};
     cols.loss_mask = {b.loss_mask.data<float>() + i * S, static_cast<size_t>(S)};
     cols.position_ids = {b.position_ids.data<int32_t>() + i * S, static_cast<size_t>(S)};
-    if (b.attention_mask.defined()) {
-      cols.attention_mask = {b.attention_mask.data<uint8_t>() + i * S * S, static_cast<size_t>(S * S)};
-    }
     if (b.document_ends.defined()) {
       cols.document_ends = {b.document_ends.data<int32_t>() + i * K, static_cast<size_t>(K)};
     }
@@ -303,7 +299,7 @@ std::unique_ptr<DataLoader> build_data_loader(const LoaderOptions& options, int6
   sample.loss_mask_from_inputs = std::find(options.column_names.begin(), options.column_names.end(), "loss_mask") ==
                                  options.column_names.end();
   for (const auto& name : split == Split::train ? options.column_names : std::vector<std::string>{}) {
-    if (name == "attention_mask" && !sample.emits_attention_mask()) {
+    if (name == "attention_mask" && !sample.dense_mask_requested()) {
       log::warn("train_dataset.dataloader.column_names lists attention_mask but the loader builds none "
                 "(create_attention_mask is off or create_compressed_eod_mask is on)");
     }

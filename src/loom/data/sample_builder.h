@@ -29,9 +29,15 @@ struct SampleOptions {
   bool loss_mask_from_inputs = false;
 
   // Which optional columns a batch carries. MindFormers returns the compressed mask instead of
-  // the dense one when both are requested.
-  bool emits_attention_mask() const { return create_attention_mask && !create_compressed_eod_mask; }
-  bool emits_document_ends() const { return create_compressed_eod_mask; }
+  // the dense one when both are requested. The dense [S, S] mask (create_attention_mask alone) is
+  // causal, and with reset_attention_mask causal within each document: Loom's attention is
+  // causal by itself and takes documents as their ends, so a batch carries that compressed form
+  // instead (document ends with room for every document, K = S), never S·S bytes per sample.
+  bool dense_mask_requested() const { return create_attention_mask && !create_compressed_eod_mask; }
+  bool emits_document_ends() const {
+    return create_compressed_eod_mask || (dense_mask_requested() && reset_attention_mask);
+  }
+  int64_t document_ends_length() const { return create_compressed_eod_mask ? eod_pad_length : sequence_length; }
   int64_t text_length() const { return sequence_length + (add_extra_token_to_sequence ? 1 : 0); }
 };
 

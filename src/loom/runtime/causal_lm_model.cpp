@@ -35,10 +35,6 @@ nn::LMBatch lm_batch(const data::Batch& batch) {
   lm.loss_mask = batch.loss_mask;
   lm.position_ids = batch.position_ids;
   lm.doc_ends = batch.document_ends;
-  LOOM_CHECK(!batch.attention_mask.defined(), ConfigError,
-             "train_dataset.dataloader.config.create_attention_mask: Loom's attention takes causal and "
-             "document masks, not dense [S, S] masks; set create_attention_mask: False (with "
-             "create_compressed_eod_mask: True for packed documents)");
   return lm;
 }
 
