@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "config_test_util.h"
+#include "loom/config/check_config.h"
 
 using namespace loom;
 using namespace loom::config;
@@ -72,6 +73,56 @@ TEST(ParallelLimits, RampupMustSplitIntoWholeMicroSteps) {
             std::string::npos);
   LoadedConfig c = load("training:\n  global_batch_size: 16\n  rampup_batch_size: [4, 4, 100]\n", 4);
   EXPECT_EQ(c.resolved->layout.num_accumulation_steps, 1);  // at the start: 4 // 4
+}
+
+// Megatron-LM's RampupBatchsizeNumMicroBatchesCalculator (num_microbatches_calculator.py), which
+// MindFormers' dynamic batch follows: increments of batch_size_increment every
+// rampup_samples / ((gbs - start) / increment) consumed samples, the target once more than
+// rampup_samples were consumed; the micro-batch count of a step is its global batch size over
+// data_parallel x local_batch_size.
+TEST(ParallelLimits, RampupFollowsMegatronsClosedForm) {
+  LoadedConfig c = load("training:\n  local_batch_size: 2\n  global_batch_size: 32\n  rampup_batch_size: [8, 8, 100]\n", 2);
+  const ParallelLayout& layout = c.resolved->layout;
+  ASSERT_TRUE(layout.rampup.has_value());
+  for (std::int64_t consumed = 0; consumed <= 240; ++consumed) {
+    // The calculator's update(): steps = int(consumed / (ramp_samples / num_increments)).
+    const double per_increment = 100.0 / ((32 - 8) / 8);
+    const std::int64_t megatron =
+        consumed > 100 ? 32 : std::min<std::int64_t>(8 + static_cast<std::int64_t>(consumed / per_increment) * 8, 32);
+    EXPECT_EQ(layout.rampup->global_batch_size(consumed), megatron) << consumed;
+    EXPECT_EQ(layout.micro_batches_at(consumed), megatron / 4) << consumed;  // data_parallel 2 x local 2
+  }
+  // The steps of a run: each consumes its own global batch.
+  std::vector<std::int64_t> batches;
+  for (std::int64_t consumed = 0; batches.size() < 12; consumed += batches.back())
+    batches.push_back(layout.micro_batches_at(consumed) * layout.samples_per_micro_step);
+  EXPECT_EQ(batches, (std::vector<std::int64_t>{8, 8, 8, 8, 8, 16, 16, 24, 24, 32, 32, 32}));
+  EXPECT_EQ(layout.micro_batch_counts(), (std::vector<std::int64_t>{2, 4, 6, 8}));
+  EXPECT_EQ(layout.final_micro_batches(), 8);
+  // No increments (start = target) or no ramp samples: the target after the first step.
+  EXPECT_EQ(BatchRampup({8, 8, 0, 32}).global_batch_size(0), 8);
+  EXPECT_EQ(BatchRampup({8, 8, 0, 32}).global_batch_size(1), 32);
+  EXPECT_EQ(BatchRampup({32, 8, 100, 32}).global_batch_size(0), 32);
+  // check-config shows the ramp with the layout.
+  EXPECT_NE(layout_yaml(layout, c.config).find("  rampup: {start_global_batch_size: 8, batch_size_increment: 8, "
+                                               "rampup_samples: 100, micro_batches: [2, 4, 6, 8]}"),
+            std::string::npos);
+}
+
+// Every micro-batch count of the ramp runs through the pipeline schedule, so the interleaved
+// schedule's rule applies to each, with the field to change.
+TEST(ParallelLimits, EveryRampedCountMustSuitTheInterleavedSchedule) {
+  const std::string pp = "parallelism:\n  pipeline_parallel: 2\n  pipeline_parallel_interleave_num: 2\n"
+                         "model:\n  model_type: llama\n  num_hidden_layers: 8\n  num_attention_heads: 8\n  seq_length: 64\n";
+  // m micro-batches run in m / 2 rounds over 2 stages: 4, 6 and 8 are multiples of theirs, 5 is not
+  // a multiple of its 2.
+  EXPECT_EQ(errors("training:\n  global_batch_size: 8\n  rampup_batch_size: [4, 2, 16]\n" + pp, 2), "");
+  const std::string e = errors("training:\n  global_batch_size: 8\n  rampup_batch_size: [5, 3, 16]\n" + pp, 2);
+  EXPECT_NE(e.find("training.rampup_batch_size: the interleaved 1F1B schedule (pipeline_parallel_interleave_num 2) "
+                   "runs the 5 micro-batches of a step in 2 rounds"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("change rampup_batch_size"), std::string::npos) << e;
 }
 
 // Limitation "TP/SP": SP comes with TP and cannot be disabled. The reference raises for

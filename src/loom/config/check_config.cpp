@@ -54,6 +54,14 @@ std::string layout_yaml(const ParallelLayout& layout, const TrainConfig& config)
   o << "  global_batch_size: " << config.training.global_batch_size << "\n";
   o << "  num_accumulation_steps: " << layout.num_accumulation_steps << "\n";
   o << "  samples_per_step: " << layout.samples_per_step << "\n";
+  if (layout.rampup) {
+    const BatchRampup& r = *layout.rampup;
+    o << "  rampup: {start_global_batch_size: " << r.start << ", batch_size_increment: " << r.increment
+      << ", rampup_samples: " << r.ramp_samples << ", micro_batches: [";
+    const std::vector<std::int64_t> counts = layout.micro_batch_counts();
+    for (std::size_t i = 0; i < counts.size(); ++i) o << (i ? ", " : "") << counts[i];
+    o << "]}\n";
+  }
   o << "  dense_mesh: {";
   const auto dense = d.dense_mesh();
   for (std::size_t i = 0; i < dense.size(); ++i) o << (i ? ", " : "") << dense[i].name << ": " << dense[i].size;

@@ -55,6 +55,35 @@ std::vector<std::string> world_size_problems(int world, const dist::ParallelDegr
   return out;
 }
 
+std::int64_t BatchRampup::global_batch_size(std::int64_t consumed) const {
+  const std::int64_t increments = increment > 0 ? (target - start) / increment : 0;
+  if (increments <= 0 || consumed > ramp_samples) return target;
+  if (ramp_samples == 0) return start;  // only the first step, before any sample, is below target
+  const double samples_per_increment = static_cast<double>(ramp_samples) / static_cast<double>(increments);
+  const auto steps = static_cast<std::int64_t>(static_cast<double>(consumed) / samples_per_increment);
+  return std::min(start + steps * increment, target);
+}
+
+std::int64_t ParallelLayout::micro_batches_at(std::int64_t consumed_samples) const {
+  if (!rampup) return num_accumulation_steps;
+  return std::max<std::int64_t>(rampup->global_batch_size(consumed_samples) / samples_per_micro_step, 1);
+}
+
+std::int64_t ParallelLayout::final_micro_batches() const {
+  return rampup ? std::max<std::int64_t>(rampup->target / samples_per_micro_step, 1) : num_accumulation_steps;
+}
+
+std::vector<std::int64_t> ParallelLayout::micro_batch_counts() const {
+  std::vector<std::int64_t> counts;
+  if (rampup && rampup->increment > 0)
+    for (std::int64_t gbs = rampup->start; gbs < rampup->target; gbs += rampup->increment)
+      counts.push_back(std::max<std::int64_t>(gbs / samples_per_micro_step, 1));
+  counts.push_back(final_micro_batches());
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  return counts;
+}
+
 namespace {
 
 void check_rampup(const TrainConfig& c, std::int64_t base, Diagnostics& diag) {
@@ -137,7 +166,9 @@ std::optional<ParallelLayout> resolve_layout(const TrainConfig& c, int world_siz
     if (t.rampup_batch_size) {
       check_rampup(c, base, diag);
       const auto& r = *t.rampup_batch_size;
-      const std::int64_t start = r.size() == 3 && r[0] > 0 ? r[0] : t.global_batch_size;
+      if (r.size() == 3 && r[0] > 0 && r[1] > 0 && r[2] >= 0)
+        layout.rampup = BatchRampup{r[0], r[1], r[2], t.global_batch_size};
+      const std::int64_t start = layout.rampup ? r[0] : t.global_batch_size;
       layout.num_accumulation_steps = std::max<std::int64_t>(start / base, 1);
     } else if (base > t.global_batch_size) {
       diag.error("training.global_batch_size",
@@ -170,13 +201,22 @@ std::optional<ParallelLayout> resolve_layout(const TrainConfig& c, int world_siz
   layout.pipeline = std::move(pipeline);
   if (layout.pipeline && layout.pipeline->pipeline_parallel > 1) {
     const int pp = layout.pipeline->pipeline_parallel;
-    const std::int64_t m = layout.num_accumulation_steps;
-    const std::string problem = interleaved_micro_batch_problem(pp, layout.pipeline->interleave_num, m);
-    if (!problem.empty())
-      diag.error("training.global_batch_size",
-                 problem + "; micro-batches per step = global_batch_size / (data_parallel x local_batch_size) = " +
-                     std::to_string(m) + ": change global_batch_size or local_batch_size");
-    else if (m < pp)
+    // Every step of a ramp runs its own count through the schedule.
+    bool refused = false;
+    for (const std::int64_t count : layout.micro_batch_counts()) {
+      const std::string problem = interleaved_micro_batch_problem(pp, layout.pipeline->interleave_num, count);
+      if (problem.empty()) continue;
+      refused = true;
+      const bool ramped = count != layout.final_micro_batches();
+      diag.error(ramped ? "training.rampup_batch_size" : "training.global_batch_size",
+                 problem + "; micro-batches per step = " +
+                     (ramped ? "a global batch size of the ramp" : std::string("global_batch_size")) +
+                     " / (data_parallel x local_batch_size) = " + std::to_string(count) +
+                     (ramped ? ": change rampup_batch_size" : ": change global_batch_size or local_batch_size"));
+      break;
+    }
+    const std::int64_t m = layout.final_micro_batches();
+    if (!refused && m < pp)
       diag.warn("training.global_batch_size",
                 "gives " + std::to_string(m) + " micro-batch" + (m == 1 ? "" : "es") + " per step, fewer than the " +
                     std::to_string(pp) + " pipeline stages: most stages idle most of the step (the pipeline bubble); "

@@ -16,6 +16,19 @@
 
 namespace loom::config {
 
+// training.rampup_batch_size as Megatron-LM's RampupBatchsizeNumMicroBatchesCalculator ramps it
+// (MindFormers' dynamic batch follows the same closed form): the global batch size grows from
+// `start` by `increment` every ramp_samples / ((target - start) / increment) consumed samples,
+// and is `target` (training.global_batch_size) once more than ramp_samples were consumed.
+struct BatchRampup {
+  std::int64_t start = 1;
+  std::int64_t increment = 1;
+  std::int64_t ramp_samples = 0;
+  std::int64_t target = 1;
+  // The global batch size of the step that begins after `consumed_samples` samples.
+  std::int64_t global_batch_size(std::int64_t consumed_samples) const;
+};
+
 struct ParallelLayout {
   int world_size = 1;
   dist::ParallelDims dims;
@@ -25,7 +38,18 @@ struct ParallelLayout {
   std::int64_t num_accumulation_steps = 1;
   // samples_per_micro_step * num_accumulation_steps: what one optimizer step really trains on.
   std::int64_t samples_per_step = 1;
+  std::optional<BatchRampup> rampup;
   std::optional<PipelinePlan> pipeline;
+
+  // The micro-batches of the step that begins after `consumed_samples` samples: the ramp's
+  // global batch size rounded down to whole micro-steps (Megatron's running batch size), else
+  // num_accumulation_steps.
+  std::int64_t micro_batches_at(std::int64_t consumed_samples) const;
+  // The micro-batches of a step at the full global batch size (after any ramp): an evaluation's
+  // global batch.
+  std::int64_t final_micro_batches() const;
+  // Every micro-batch count a step of this run can have, ascending.
+  std::vector<std::int64_t> micro_batch_counts() const;
 };
 
 dist::ParallelDegrees parallel_degrees(const ParallelismConfig& parallelism);

@@ -1,5 +1,6 @@
 #include "loom/runtime/checkpoint_reader.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -37,6 +38,37 @@ bool is_iteration_dir(const fs::path& dir) {
   for (auto& e : fs::directory_iterator(dir))
     if (e.path().extension() == ".safetensors") return true;
   return false;
+}
+
+// Whether a save marked this iteration unhealthy (train/: the embedding health check).
+bool marked_unhealthy(const fs::path& iteration) {
+  if (!fs::exists(iteration / "common.json")) return false;
+  const nlohmann::ordered_json common = read_json_file(iteration / "common.json");
+  return common.is_object() && common.contains("loom") && common["loom"].is_object() &&
+         common["loom"].value("healthy", true) == false;
+}
+
+// MindFormers' checkpoint health monitor: resuming from a save directory passes by the
+// iterations saved after a step whose embedding grad norm exceeded the threshold, back to the
+// latest healthy one. An iteration folder named directly is loaded whatever its health.
+fs::path latest_healthy(const fs::path& save_dir, const fs::path& latest, const std::string& field) {
+  if (!marked_unhealthy(latest)) return latest;
+  std::vector<fs::path> earlier;
+  for (const auto& e : fs::directory_iterator(save_dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.rfind("iteration_", 0) == 0 && name.size() == 18 && e.path() < latest)
+      earlier.push_back(e.path());
+  }
+  std::sort(earlier.rbegin(), earlier.rend());
+  for (const fs::path& candidate : earlier)
+    if (!marked_unhealthy(candidate)) {
+      log::warn(latest.string(), " is marked unhealthy (its embedding grad norm was above monitor.health_checkpoint."
+                "embedding_local_norm_threshold): resuming from ", candidate.string(), ", the latest healthy one");
+      return candidate;
+    }
+  LOOM_THROW(CheckpointError, "every checkpoint in '", save_dir.string(), "' is marked unhealthy (the embedding grad "
+             "norm was above monitor.health_checkpoint.embedding_local_norm_threshold when it was saved); set ", field,
+             " to one iteration_XXXXXXXX folder to load it anyway, or train from the start");
 }
 
 }  // namespace
@@ -92,7 +124,7 @@ ResolvedLoadPath resolve_load_path(const std::string& load_path, const std::stri
     if (!fs::exists(dir) && fs::exists(dir.string() + ".replaced")) dir = dir.string() + ".replaced";
     LOOM_CHECK(fs::exists(dir), CheckpointError, "'", (p / kLatestIterationFile).string(), "' names iteration ", it,
                " but '", dir.string(), "' does not exist; point ", field, " at an existing iteration folder");
-    return {dir.string(), false};
+    return {latest_healthy(p, dir, field).string(), false};
   }
   if (is_iteration_dir(p)) return {p.string(), false};
   LOOM_THROW(CheckpointError, field, " '", load_path, "' holds no checkpoint: expected ", kLatestIterationFile,

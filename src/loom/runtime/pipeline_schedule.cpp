@@ -119,13 +119,19 @@ struct PipelineSchedule::Action {
 
 PipelineSchedule::PipelineSchedule(LanguageModel& model, dist::ParallelModel& parallel, int64_t micro_batches,
                                    PipelineScheduleOptions options)
-    : model_(model), parallel_(parallel), stage_(split_model(parallel)), micro_batches_(micro_batches),
-      options_(options), channels_(std::make_unique<PipelineChannels>(stage_)) {
+    : model_(model), parallel_(parallel), stage_(split_model(parallel)), options_(options),
+      channels_(std::make_unique<PipelineChannels>(stage_)) {
+  set_micro_batches(micro_batches);
+  for (const dist::PipelineChunk& c : stage_.chunks()) pieces_.push_back(chunk_pieces(c, options_.overlap_b_f));
+}
+
+void PipelineSchedule::set_micro_batches(int64_t micro_batches) {
+  if (micro_batches == micro_batches_) return;
   order_ = pipeline_order(stage_.pp_size(), stage_.pp_rank(), stage_.num_chunks(), micro_batches, options_.kind);
   steps_ = pipeline_steps(order_, options_.overlap_b_f);
   eval_order_ = forward_only_order(stage_.num_chunks(), micro_batches);
   eval_steps_ = pipeline_steps(eval_order_, false);
-  for (const dist::PipelineChunk& c : stage_.chunks()) pieces_.push_back(chunk_pieces(c, options_.overlap_b_f));
+  micro_batches_ = micro_batches;
 }
 
 PipelineSchedule::~PipelineSchedule() = default;
@@ -150,6 +156,8 @@ StepResult PipelineSchedule::run(const BatchSource& next_batch, Mode mode) {
     times_.tail_s += seconds(tail_start);
   }
   times_.step_s = seconds(step_start);
+  step.result.local_loss = step.result.loss;
+  step.result.holds_loss = stage_.holds_loss();
   average_over_replicas(step.result);
   if (mode == Mode::eval) {
     dist::ProcessGroup& world = parallel_.mesh().world();

@@ -58,6 +58,9 @@ class PipelineSchedule final : public Schedule {
   // The batch through every virtual stage in turn, blocking transfers of its own shape (it need
   // not have the steps' shape), the last stage's logits broadcast over pp.
   Tensor logits(const data::Batch& batch) override;
+  // A new count takes the orders (pipeline_order, forward_only_order) of that many micro-batches.
+  void set_micro_batches(int64_t micro_batches) override;
+  int64_t micro_batches() const override { return micro_batches_; }
   // The train mode's actions, in order.
   const std::vector<PipelineAction>& order() const { return order_; }
   const PipelineStepTimes& last_times() const { return times_; }
@@ -80,7 +83,7 @@ class PipelineSchedule final : public Schedule {
   LanguageModel& model_;
   dist::ParallelModel& parallel_;
   dist::PipelineStage& stage_;
-  int64_t micro_batches_;
+  int64_t micro_batches_ = 0;  // of order_ and eval_order_
   PipelineScheduleOptions options_;
   std::vector<PipelineAction> order_, eval_order_;
   std::vector<std::vector<size_t>> steps_, eval_steps_;   // pipeline_steps of each order

@@ -31,9 +31,14 @@ void add_token_totals(const data::Batch& batch, double loss, int64_t vocab_size,
 }
 
 PlainSchedule::PlainSchedule(LanguageModel& model, dist::ParallelModel& parallel, int64_t micro_batches)
-    : model_(model), parallel_(parallel), micro_batches_(micro_batches) {
+    : model_(model), parallel_(parallel) {
+  set_micro_batches(micro_batches);
+}
+
+void PlainSchedule::set_micro_batches(int64_t micro_batches) {
   LOOM_CHECK(micro_batches >= 1, ValueError, "PlainSchedule: a step needs at least one micro-batch, got ",
              micro_batches);
+  micro_batches_ = micro_batches;
 }
 
 StepResult PlainSchedule::run(const BatchSource& next_batch, Mode mode) {
@@ -54,6 +59,7 @@ StepResult PlainSchedule::run(const BatchSource& next_batch, Mode mode) {
   }
   if (mode == Mode::train) parallel_.finish_backward();
   dist::ProcessGroup& world = parallel_.mesh().world();
+  result.local_loss = result.loss;
   average_over_ranks(world, static_cast<double>(world.size()), result);
   if (mode == Mode::eval) {
     sum_over_shards(world, static_cast<double>(world.size() / parallel_.mesh().dims().num_dataset_shards()), result);

@@ -37,6 +37,8 @@ enum class Mode { train, eval };
 
 struct StepResult {
   double loss = 0;                       // token-mean loss of the step, averaged over the ranks
+  double local_loss = 0;                 // this rank's own: the mean of its micro-batches' losses
+  bool holds_loss = true;                // false on a pipeline stage that forms no loss
   std::map<std::string, double> extras;  // logged auxiliary losses, averaged likewise
   int64_t micro_batches = 0;
   int64_t tokens = 0;                    // input tokens this rank ran
@@ -58,6 +60,10 @@ class Schedule {
   // Runs one step's micro-batches in `mode` (see above); in train mode the final grads are on
   // the parameters when it returns.
   virtual StepResult run(const BatchSource& next_batch, Mode mode) = 0;
+  // The micro-batches of the next run()s (A, at least 1). A step's count changes while
+  // training.rampup_batch_size ramps, and an evaluation reads global batches of the full size.
+  virtual void set_micro_batches(int64_t micro_batches) = 0;
+  virtual int64_t micro_batches() const = 0;
   // The main head's logits [B, S, V] of one batch: its forward under an EvaluationGuard, whole on every
   // rank (every rank of a data shard passes the same batch; a pipeline's last stage shares them).
   virtual Tensor logits(const data::Batch& batch) = 0;
@@ -72,6 +78,8 @@ class PlainSchedule final : public Schedule {
   PlainSchedule(LanguageModel& model, dist::ParallelModel& parallel, int64_t micro_batches);
   StepResult run(const BatchSource& next_batch, Mode mode) override;
   Tensor logits(const data::Batch& batch) override;
+  void set_micro_batches(int64_t micro_batches) override;
+  int64_t micro_batches() const override { return micro_batches_; }
 
  private:
   // One micro-batch: its forward, and in train mode its backward.
@@ -79,7 +87,7 @@ class PlainSchedule final : public Schedule {
 
   LanguageModel& model_;
   dist::ParallelModel& parallel_;
-  int64_t micro_batches_;
+  int64_t micro_batches_ = 1;
 };
 
 // Every rank logs the same numbers: the loss and extras of `result`, summed over the world and

@@ -1,11 +1,14 @@
 #include "loom/train/builtin_callbacks.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "loom/core/log.h"
 #include "loom/optim/grad_norm.h"
 #include "loom/optim/param_groups.h"
 #include "loom/train/rank_report.h"
+#include "loom/train/train_state_monitor.h"
 #include "loom/train/trainer.h"
 
 namespace loom::train {
@@ -47,22 +50,22 @@ class MonitorCallback : public Callback {
                                         static_cast<double>(counts[e]), ctx.metrics->step);
       }
     }
-    const auto& ts = t.config().monitor.train_state;
-    if (ts.local_loss) t.metrics_writer().add_scalar("local_loss", ctx.metrics->loss, ctx.metrics->step);
-    // local_norm: the grad norm of each selected parameter (true = every one; a name, substring
-    // or glob, or a list of them), after clipping, as this process holds it.
-    std::vector<std::string> rules;
-    bool all = false;
-    if (auto* b = std::get_if<bool>(&ts.local_norm)) all = *b;
-    else if (auto* one = std::get_if<std::string>(&ts.local_norm)) { if (!one->empty()) rules.push_back(*one); }
-    else rules = std::get<std::vector<std::string>>(ts.local_norm);
-    if (all || !rules.empty())
-      for (auto& [name, p] : t.model().module().named_parameters()) {
-        const Tensor& g = p->tensor.grad();
-        if (!g.defined() || !(all || optim::matches_any(rules, name))) continue;
-        t.metrics_writer().add_scalar("local_norm/" + name, std::sqrt(optim::grad_sum_of_squares(g)), ctx.metrics->step);
-      }
-    t.metrics_writer().write(*ctx.metrics);
+    const TrainStateReport report = train_state_report(t, *ctx.metrics);
+    for (const auto& [tag, value] : report.scalars) t.metrics_writer().add_scalar(tag, value, ctx.metrics->step);
+    if (report.embedding_norm) check_embedding_health(t, *report.embedding_norm, ctx.metrics->step);
+  }
+
+ private:
+  // The reference's checkpoint health monitor: a step whose embedding grad norm exceeds
+  // embedding_local_norm_threshold leaves unhealthy weights; a checkpoint saved at it says so, and
+  // a resume from its save directory passes it by (runtime/checkpoint_reader.h).
+  static void check_embedding_health(Trainer& t, double norm, int64_t step) {
+    const double threshold = t.config().monitor.health_checkpoint.embedding_local_norm_threshold;
+    t.state().healthy = !(norm > threshold);
+    if (!t.state().healthy && t.rank() == 0)
+      log::warn("step ", step, ": the embedding grad norm ", norm, " is above monitor.health_checkpoint."
+                "embedding_local_norm_threshold ", threshold, ": a checkpoint of this step is marked unhealthy and a "
+                "resume from its save directory takes the latest healthy one");
   }
 };
 
@@ -99,7 +102,39 @@ class TokensPerExpertLogger : public Callback {
   int64_t interval_;
 };
 
+// MindFormers' MaxLogitsMonitor(step_interval=1): the maximum attention logit of every layer
+// (the QK-clip statistic, over all heads and every rank that saw other tokens) as
+// max_attention_logit/layer_<i>, with their max and mean; the maxima restart every step. The
+// trainer turns the tracking on when this callback is configured, and adds it (as the reference
+// does) when Muon's QK-clip tracks them anyway.
+class MaxLogitsMonitor : public Callback {
+ public:
+  explicit MaxLogitsMonitor(int64_t step_interval) : step_interval_(step_interval) {}
+  std::string name() const override { return "MaxLogitsMonitor"; }
+  void on_step_end(CallbackContext& ctx) override {
+    Trainer& t = *ctx.trainer;
+    const std::map<int64_t, float> maxima = t.model_hooks().max_attention_logits();  // every rank: collectives
+    if (maxima.empty() || ctx.metrics->step % step_interval_ != 0) return;
+    double max = -std::numeric_limits<double>::infinity(), sum = 0;
+    for (const auto& [layer, value] : maxima) {
+      t.metrics_writer().add_scalar("max_attention_logit/layer_" + std::to_string(layer), value, ctx.metrics->step);
+      max = std::max(max, static_cast<double>(value));
+      sum += value;
+    }
+    t.metrics_writer().add_scalar("max_attention_logit/max", max, ctx.metrics->step);
+    t.metrics_writer().add_scalar("max_attention_logit/mean", sum / static_cast<double>(maxima.size()),
+                                  ctx.metrics->step);
+  }
+
+ private:
+  int64_t step_interval_;
+};
+
 }  // namespace
+
+std::unique_ptr<Callback> make_max_logits_monitor(int64_t step_interval) {
+  return std::make_unique<MaxLogitsMonitor>(step_interval);
+}
 
 std::vector<std::unique_ptr<Callback>> make_builtin_callbacks(Trainer& trainer) {
   std::vector<std::unique_ptr<Callback>> out;
@@ -117,6 +152,10 @@ void register_builtin_callbacks() {
   r.add("LossCallback", [](const nlohmann::ordered_json& kw) -> std::unique_ptr<Callback> {
     check_kwargs(kw, {"log_interval"}, "LossCallback", "callbacks");
     return std::make_unique<LossCallback>(positive_int_kwarg(kw, "log_interval", 1, "callbacks"));
+  });
+  r.add("MaxLogitsMonitor", [](const nlohmann::ordered_json& kw) -> std::unique_ptr<Callback> {
+    check_kwargs(kw, {"step_interval"}, "MaxLogitsMonitor", "callbacks");
+    return std::make_unique<MaxLogitsMonitor>(positive_int_kwarg(kw, "step_interval", 1, "callbacks"));
   });
   r.add("TokensPerExpertLogger", [](const nlohmann::ordered_json& kw) -> std::unique_ptr<Callback> {
     check_kwargs(kw, {"interval"}, "TokensPerExpertLogger", "callbacks");

@@ -1,9 +1,12 @@
 #include "loom/train/model_hooks.h"
 
+#include <algorithm>
 #include <span>
 
 #include "loom/core/error.h"
 #include "loom/models/muon_info.h"
+#include "loom/nn/attention.h"
+#include "loom/nn/core_attention.h"
 #include "loom/nn/moe.h"
 #include "loom/nn/router.h"
 #include "loom/nn/transformer_layer.h"
@@ -70,16 +73,60 @@ optim::MuonModelInfo muon_model_info(const models::ModelArgs& args) {
   return info;
 }
 
+const std::map<int64_t, std::vector<float>>& ModelHooks::step_max_logits() {
+  if (max_logits_read_) return step_max_logits_;
+  max_logits_read_ = true;
+  // This rank's attention layers by their index in the whole model (a stage holds some).
+  std::map<int64_t, nn::CoreAttention*> cores;
+  for (nn::TransformerLayer* layer : model_.decoder().layers())
+    cores[layer->layer_number()] = &layer->self_attention().core_attention();
+  const std::vector<nn::MTPLayer*> mtp = model_.mtp_layers();
+  for (size_t k = 0; k < mtp.size(); ++k)
+    cores[args_.num_layers + static_cast<int64_t>(k)] = &mtp[k]->transformer_layer().self_attention().core_attention();
+  std::vector<optim::QkClipLayer> layers;
+  std::vector<int64_t> index;
+  for (auto& [l, core] : cores) {
+    if (!core->max_logits().defined()) continue;  // not tracked, or no forward since the last read
+    layers.push_back({"", "", core->max_logits().to_float_vector()});
+    index.push_back(l);
+    core->reset_max_logits();
+  }
+  dist::DeviceMesh& mesh = parallel_.mesh();
+  gather_heads(mesh.group("tp"), layers);
+  max_over_stage_replicas(mesh, layers);
+  step_max_logits_.clear();
+  for (size_t i = 0; i < layers.size(); ++i) step_max_logits_[index[i]] = std::move(layers[i].max_logits);
+  return step_max_logits_;
+}
+
 std::vector<optim::QkClipLayer> ModelHooks::qk_clip_inputs() {
+  const std::map<int64_t, std::vector<float>>& maxima = step_max_logits();
   std::vector<optim::QkClipLayer> out;
   if (args_.multi_latent_attention)
-    for (auto& obs : models::take_qk_clip_observations(model_, args_)) {
-      if (obs.max_logits.empty()) continue;
-      out.push_back({obs.names.q_up_name, obs.names.kv_up_name, std::move(obs.max_logits)});
-    }
-  dist::DeviceMesh& mesh = parallel_.mesh();
-  gather_heads(mesh.group("tp"), out);
-  max_over_stage_replicas(mesh, out);
+    for (const models::QkClipLayerNames& n : models::muon_model_facts(args_).qk_clip_layers)
+      if (auto it = maxima.find(n.layer); it != maxima.end()) out.push_back({n.q_up_name, n.kv_up_name, it->second});
+  return out;
+}
+
+std::map<int64_t, float> ModelHooks::max_attention_logits() {
+  std::map<int64_t, float> out;
+  for (const auto& [layer, heads] : step_max_logits())
+    if (!heads.empty()) out[layer] = *std::max_element(heads.begin(), heads.end());
+  dist::PipelineStage* stage = parallel_.pipeline();
+  if (!stage || stage->pp_group().size() == 1) return out;
+  // (layer, value) pairs of every stage, padded to the longest rank's count.
+  dist::ProcessGroup& pp = stage->pp_group();
+  const int64_t longest = pp.all_reduce_scalar(static_cast<int64_t>(out.size()), dist::ReduceOp::max);
+  std::vector<double> mine(static_cast<size_t>(2 * longest), -1.0);
+  size_t k = 0;
+  for (const auto& [layer, value] : out) {
+    mine[k++] = static_cast<double>(layer);
+    mine[k++] = value;
+  }
+  std::vector<double> all(mine.size() * static_cast<size_t>(pp.size()));
+  pp.all_gather(std::span<const double>(mine), std::span<double>(all));
+  for (size_t i = 0; i + 1 < all.size(); i += 2)
+    if (all[i] >= 0) out[static_cast<int64_t>(all[i])] = static_cast<float>(all[i + 1]);
   return out;
 }
 

@@ -96,8 +96,6 @@ void Trainer::build() {
   // MFU's denominator: the peak of the unit the step's products run on, derived once.
   peak_ = runtime_->backend().peak_flops(resolved_.model_args().compute_dtype, num_threads());
   manual_seed(static_cast<uint64_t>(config_.training.seed));
-  // Gradient accumulation, resolved with the configuration (check-config's too).
-  state_.num_accumulation_steps = runtime_->micro_batches();
   // Async saves barrier on their own communicator, off the training thread.
   std::vector<int> everyone(static_cast<size_t>(world_size()));
   for (int r = 0; r < world_size(); ++r) everyone[static_cast<size_t>(r)] = r;
@@ -121,6 +119,10 @@ void Trainer::build() {
             " of ", config_.training.local_batch_size, " × ", seq_length_, " tokens per step");
   log::info("MFU peak", world_size() == 1 ? "" : " per process (MFU uses it × the process count)", ": ",
             peak_.description);
+  if (const auto& ramp = resolved_.layout.rampup)
+    log::info("training.rampup_batch_size: the global batch grows from ", ramp->start, " by ", ramp->increment,
+              " samples to ", ramp->target, " over the first ", ramp->ramp_samples, " samples (",
+              resolved_.layout.final_micro_batches(), " micro-batches per step then)");
   log::info(runtime_->backend().description());
 }
 
@@ -140,7 +142,15 @@ void Trainer::build_model() {
   // Every rank initialises its own pieces with the one-process values (a resume overwrites them).
   runtime_->initialize(static_cast<uint64_t>(config_.training.seed));
   hooks_ = std::make_unique<ModelHooks>(runtime_->model_args(), runtime_->causal_lm(), parallel_model());
-  // Injected losses (MoE balance, MTP) get the backward factor of the main loss.
+  follow_batch_ramp();
+}
+
+void Trainer::follow_batch_ramp() {
+  // Megatron's num-microbatches calculator, updated before every step from the samples consumed
+  // so far (a resumed run continues the ramp where it stopped).
+  state_.num_accumulation_steps = resolved_.layout.micro_batches_at(state_.consumed_samples);
+  runtime_->schedule().set_micro_batches(state_.num_accumulation_steps);
+  // Injected losses (MoE balance, MTP) get the backward factor of the main loss, s / A.
   hooks_->set_backward_scale(runtime::micro_batch_backward_scale(parallel_model(), state_.num_accumulation_steps));
 }
 
@@ -160,8 +170,9 @@ void Trainer::build_validation() {
   data::LoaderOptions options = resolved_.loader_options();
   options.num_parallel_workers = 0;
   valid_loader_ = data::build_data_loader(options, config_.training.local_batch_size, shard, data::Split::valid);
-  // A global batch is one step's micro-batches on every data-parallel rank.
-  const int64_t per_epoch = valid_loader_->batches_per_epoch() / state_.num_accumulation_steps;
+  // A global batch is one step's micro-batches on every data-parallel rank, at the full global
+  // batch size also while training.rampup_batch_size ramps.
+  const int64_t per_epoch = valid_loader_->batches_per_epoch() / resolved_.layout.final_micro_batches();
   eval_batches_ = config_.training.eval_iters == -1 ? per_epoch : config_.training.eval_iters;
   LOOM_CHECK(per_epoch >= 1, DataError, "the validation split holds ", valid_loader_->dataset_size(),
              " samples, fewer than one global batch of ", config_.training.global_batch_size, ": give it more "
@@ -183,9 +194,11 @@ EvalMetrics Trainer::validate() {
   // Every validation reads the split's first batches, so the curve compares point to point.
   valid_loader_->set_consumed_samples(0);
   reset_peak_memory();
-  const runtime::LossEvaluation e =
-      runtime::evaluate_loss(runtime_->schedule(), [this] { return valid_loader_->next(); }, eval_batches_,
-                             resolved_.layout.dims.num_dataset_shards());
+  runtime::Schedule& schedule = runtime_->schedule();
+  schedule.set_micro_batches(resolved_.layout.final_micro_batches());
+  const runtime::LossEvaluation e = runtime::evaluate_loss(schedule, [this] { return valid_loader_->next(); },
+                                                           eval_batches_, resolved_.layout.dims.num_dataset_shards());
+  schedule.set_micro_batches(state_.num_accumulation_steps);
   EvalMetrics m;
   m.step = state_.global_step;
   m.loss = e.loss;
@@ -216,7 +229,6 @@ void Trainer::build_optimizer() {
   });
   // cpu_offload: the sharded optimizer state joins the sharded params and grads in the host pool.
   if (CachingAllocator* pool = parallel_model().optimizer_state_pool()) optimizer_->relocate_state(*pool);
-  hooks_->set_track_max_logits(optimizer_->uses_qk_clip());
 }
 
 void Trainer::build_checkpointing() {
@@ -299,6 +311,12 @@ void Trainer::resume(const std::string& load_path) {
   state_.epoch = loader_->epoch();
   if (ck.extra.contains("rng")) {
     const auto& r = ck.extra["rng"];
+  // The reference's configure_max_logits_tracking: the attention layers track their max logits
+  // for Muon's QK-clip or a MaxLogitsMonitor, which QK-clip brings along when none is listed.
+  bool monitor_listed = false;
+  for (const auto& cb : callbacks_) monitor_listed = monitor_listed || cb->name() == "MaxLogitsMonitor";
+  if (optimizer_->uses_qk_clip() && !monitor_listed) callbacks_.push_back(make_max_logits_monitor());
+  hooks_->set_track_max_logits(optimizer_->uses_qk_clip() || monitor_listed);
     default_generator().set_state({r.at("seed").get<uint64_t>(), r.at("stream").get<uint64_t>(), r.at("offset").get<uint64_t>()});
   }
   if (ck.extra.contains("lr_scheduler"))
@@ -335,6 +353,7 @@ CheckpointContents Trainer::checkpoint_contents() {
   CheckpointContents c;
   c.iteration = state_.global_step;
   c.epoch_num = state_.epoch;
+  follow_batch_ramp();
   c.step_num = config_.training.steps;
   c.global_batch_size = config_.training.global_batch_size;
   c.consumed_samples = state_.consumed_samples;
@@ -347,7 +366,8 @@ CheckpointContents Trainer::checkpoint_contents() {
   c.extra = {{"data", loader_->state()},
              {"rng", {{"seed", rng.seed}, {"stream", rng.stream}, {"offset", rng.offset}}},
              {"lr_scheduler", scheduler_->state()},
-             {"num_accumulation_steps", state_.num_accumulation_steps}};
+             {"num_accumulation_steps", state_.num_accumulation_steps},
+             {"healthy", state_.healthy}};
   return c;
 }
 
@@ -432,6 +452,8 @@ void Trainer::count_skip(const std::string& reason, double loss, double grad_nor
   ++state_.consecutive_skips;
   log::warn("step ", state_.global_step + 1, ": ", reason, "; the update is skipped (", state_.consecutive_skips,
             " in a row)");
+  m.local_loss = r.local_loss;
+  m.holds_loss = r.holds_loss;
   LOOM_CHECK(state_.consecutive_skips <= health.global_norm_skip_time, Error, "training stopped at step ",
              state_.global_step + 1, ": ", state_.consecutive_skips, " updates in a row were skipped (", reason,
              "; grad norm ", grad_norm, ", loss ", loss, "), more than monitor.health_checkpoint.global_norm_skip_time = ",
@@ -448,8 +470,6 @@ TrainSummary Trainer::train() {
   summary.run_dir = options_.run_dir;
   summary.first_step = state_.global_step;
   const int64_t max_steps = config_.training.steps;
-  const int64_t samples_per_step = state_.num_accumulation_steps * config_.training.local_batch_size *
-                                   loader_->settings().shard.count;
   const double flops_per_token = model().flops_per_token(seq_length_);
   fire(&Callback::on_begin);
   fire(&Callback::on_train_begin);
@@ -500,6 +520,9 @@ TrainSummary Trainer::train() {
     const std::string log_error = log::file_error();
     LOOM_CHECK(log_error.empty(), IOError, log_error, " (at step ", state_.global_step, "); free space or pass --output "
                "on another disk, then resume from the last checkpoint");
+    follow_batch_ramp();
+    hooks_->begin_step();
+    const int64_t samples_per_step = state_.num_accumulation_steps * resolved_.layout.samples_per_micro_step;
     if (state_.epoch != epoch_before) fire(&Callback::on_epoch_begin);
     profiler_->on_step_end(state_.global_step);
   }
@@ -518,3 +541,4 @@ TrainSummary Trainer::train() {
 }
 
 }  // namespace loom::train
+    metrics_->write(m);  // with what every callback added to the step

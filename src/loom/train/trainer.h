@@ -3,7 +3,8 @@
 // parallel model, schedule), builds the rest of a run around it (data, optimizer, checkpoints,
 // metrics, callbacks), then per step
 //
-//   schedule   A = num_accumulation_steps micro-batches of forward + backward (runtime/schedule.h)
+//   schedule   A = num_accumulation_steps micro-batches of forward + backward (runtime/schedule.h);
+//              A follows training.rampup_batch_size's ramp from one step to the next
 //   grad norm  the global norm over every rank's local grads, and clipping (optim/grad_norm.h)
 //   update     the optimizer with lr = lr_schedule(global_step)
 //   book-keep  consumed_samples and global_step, metrics, callbacks, checkpoints
@@ -56,6 +57,9 @@ struct TrainState {
 };
 
 struct TrainSummary {
+  // The embedding health check's verdict on the last step (monitor.health_checkpoint):
+  // checkpoints record it, and a resume from a save directory takes the latest healthy one.
+  bool healthy = true;
   int64_t first_step = 0;   // global_step before the run (resume point)
   int64_t last_step = 0;
   double first_loss = 0, last_loss = 0;
@@ -119,6 +123,9 @@ class Trainer {
   int64_t train_step(StepMetrics& m);
   // Whether the validation runs after optimizer step `step`, and the validation itself.
   bool validates_after(int64_t step) const;
+  // The next step's micro-batches from the samples consumed (training.rampup_batch_size), given
+  // to the schedule and to the injected losses' backward scale.
+  void follow_batch_ramp();
   EvalMetrics validate();
   // The grad norm with every rank's grads, then clipping; returns the pre-clip norm.
   double clip_gradients();
