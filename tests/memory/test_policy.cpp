@@ -3,6 +3,7 @@
 // (spec memory_optimization.md.)
 #include <gtest/gtest.h>
 
+#include "loom/autograd/checkpoint.h"
 #include "loom/autograd/engine.h"
 #include "loom/core/allocator.h"
 #include "loom/memory/policy.h"
@@ -17,15 +18,18 @@ using namespace loom::memory;
 namespace {
 
 // A linear whose output goes through a named "all_gather" operation, shaped like a tensor-
-// parallel gather over 2 ranks (features doubled); it counts its calls.
+// parallel gather over 2 ranks (features doubled) and run as the operator AllGather, as
+// dist::all_gather runs (autograd::reuse_in_recompute); it counts its calls.
 class GatherLinear : public nn::Linear {
  public:
   GatherLinear(int64_t in, int64_t out) : nn::Linear(in, out) { register_operation("all_gather"); }
   Tensor forward_gathered(const Tensor& x, int* calls) {
     Tensor y = forward(x);
     return call_operation("all_gather", {y}, [calls](const std::vector<Tensor>& in) {
-             ++*calls;
-             return std::vector<Tensor>{ops::cat({in[0], in[0]}, -1)};
+             return autograd::reuse_in_recompute("AllGather", [&] {
+               ++*calls;
+               return std::vector<Tensor>{ops::cat({in[0], in[0]}, -1)};
+             });
            })[0];
   }
 };
@@ -185,7 +189,37 @@ TEST(MemoryPolicy, ExcludeOpKeepsThoseOutputsAndStaysIdentical) {
   expect_identical(run({}, {}), run(rc, {}));
   EXPECT_TRUE(op_is_excluded("linear", {"LINEAR"}));
   EXPECT_TRUE(op_is_excluded("InnerCommAllGather", {"allgather"}));
+  EXPECT_TRUE(op_is_excluded("all_gather", {"AllGather"}));  // underscores do not count
+  EXPECT_TRUE(op_is_excluded("UlyssesAllToAll", {"AllToAll"}));
   EXPECT_FALSE(op_is_excluded("swiglu", {"linear"}));
+}
+
+// memory_optimization.md "Key Behaviors of exclude_op": the forward output of a kept operator is
+// retained from the first forward and reused by the recomputed one, which does not run it again;
+// the activations held between forward and backward grow by exactly those outputs, and the
+// grads stay those of no recompute. Full and select modes alike.
+TEST(MemoryPolicy, ExcludeOpReusesTheKeptOperatorsOutputInTheRecompute) {
+  const Result base = run({}, {});
+  RecomputeOptions full;
+  full.mode = RecomputeOptions::Mode::full;
+  full.full_layers = all_layers();
+  const Result recomputed = run(full, {});
+  EXPECT_EQ(recomputed.gathers_total, 2 * recomputed.gathers_forward);  // re-issued in backward
+  full.exclude_ops = {"AllGather"};
+  const Result kept = run(full, {});
+  expect_identical(base, kept);
+  EXPECT_EQ(kept.gathers_forward, kLayers);
+  EXPECT_EQ(kept.gathers_total, kept.gathers_forward);  // not re-issued
+  // One [8, 2 x 16] fp32 gather output per layer stays alive.
+  EXPECT_EQ(kept.held_after_forward - recomputed.held_after_forward, kLayers * 8 * 2 * kDim * 4);
+
+  RecomputeOptions select;
+  select.mode = RecomputeOptions::Mode::select;
+  select.select = {{"self_attention", all_layers()}};
+  select.exclude_ops = {"all_gather"};  // the same operator
+  const Result selected = run(select, {});
+  expect_identical(base, selected);
+  EXPECT_EQ(selected.gathers_total, selected.gathers_forward);
 }
 
 TEST(MemoryPolicy, CommunicationRecomputeRerunsTheOperationOnly) {

@@ -15,6 +15,13 @@ struct RecomputeDepthGuard {
   ~RecomputeDepthGuard() { --t_recompute_depth; }
 };
 
+// An operator the policy keeps (reuse_in_recompute): its outputs from the first forward, and how
+// many tensors it saved for its own backward (kept too, so the recompute need not make them).
+struct KeptOperator {
+  std::vector<Tensor> outputs;
+  int64_t saves = 0;
+};
+
 struct Frame {
   CheckpointFn fn;
   std::vector<Tensor> inputs;        // detached, requires_grad mirrored
@@ -22,8 +29,21 @@ struct Frame {
   SavePolicy keep;
   int64_t num_saved = 0;             // saves seen during the forward
   bool recomputed = false;
+  bool recomputing = false;
+  int keeping_operator = 0;          // > 0 while a kept operator runs in the first forward
   std::vector<Tensor> kept;          // by save index: tensors the policy kept
   std::vector<Tensor> regenerated;   // by save index: tensors from the recompute
+  std::vector<KeptOperator> kept_operators;  // in the order they ran
+  size_t next_kept_operator = 0;     // the recompute's position in kept_operators
+};
+
+// The innermost checkpointed function running on this thread, first time or recomputed.
+thread_local Frame* t_frame = nullptr;
+
+struct ActiveFrame {
+  explicit ActiveFrame(Frame* f) : previous(t_frame) { t_frame = f; }
+  ~ActiveFrame() { t_frame = previous; }
+  Frame* previous;
 };
 
 // What a SavedTensor holds for a checkpointed save. When the node that saved it is done with it
@@ -46,7 +66,7 @@ class ForwardHooks : public SavedTensorHooks {
 
   std::shared_ptr<void> pack(const Tensor& t, const char* op) override {
     const int64_t index = frame_->num_saved++;
-    if (frame_->keep && frame_->keep(op)) {
+    if (frame_->keep && (frame_->keeping_operator > 0 || frame_->keep(op))) {
       frame_->kept.resize(index + 1);
       frame_->kept[index] = t;
     }
@@ -99,6 +119,8 @@ void ForwardHooks::recompute() {
     SavedTensorHooksGuard record(std::make_shared<RecomputeHooks>(f));
     EnableGradGuard grad_on;  // ops save tensors only when they record history
     RecomputeDepthGuard recomputing;
+    ActiveFrame active(&f);
+    f.recomputing = true;
     std::vector<Tensor> inputs;
     inputs.reserve(f.inputs.size());
     for (const Tensor& t : f.inputs) {
@@ -108,8 +130,13 @@ void ForwardHooks::recompute() {
       inputs.push_back(d);
     }
     f.fn(inputs);
+    f.recomputing = false;
   }
   default_generator().set_state(outer_rng);
+  LOOM_CHECK(f.next_kept_operator == f.kept_operators.size(), AutogradError, "checkpoint: the recompute ran ",
+             f.next_kept_operator, " of the ", f.kept_operators.size(), " kept operators of the forward; the "
+             "checkpointed function must be deterministic in its control flow");
+  f.kept_operators.clear();
   LOOM_CHECK(static_cast<int64_t>(f.regenerated.size()) == f.num_saved, AutogradError,
              "checkpoint: the recompute saved ", f.regenerated.size(), " tensors but the forward "
              "saved ", f.num_saved, "; the checkpointed function must be deterministic in its "
@@ -146,7 +173,38 @@ std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>
     frame->inputs.push_back(d);
   }
   SavedTensorHooksGuard guard(std::make_shared<ForwardHooks>(frame));
+  ActiveFrame active(frame.get());
   return fn(inputs);
+}
+
+bool keeps_operator(const char* name) {
+  const Frame* f = t_frame;
+  return f != nullptr && f->keep && f->keep(name);
+}
+
+std::vector<Tensor> run_kept_operator(const char* name, const std::function<std::vector<Tensor>()>& op) {
+  Frame* f = t_frame;
+  LOOM_ASSERT(keeps_operator(name), "run_kept_operator outside a checkpoint that keeps ", name);
+  if (f->recomputing) {
+    LOOM_CHECK(f->next_kept_operator < f->kept_operators.size(), AutogradError, "checkpoint: the recompute runs a ",
+               name, " the forward did not; the checkpointed function must be deterministic in its control flow");
+    KeptOperator& k = f->kept_operators[f->next_kept_operator++];
+    // Its saves were kept in the forward (the placeholders keep the save indices aligned).
+    f->regenerated.resize(f->regenerated.size() + static_cast<size_t>(k.saves));
+    return std::move(k.outputs);
+  }
+  const int64_t saves_before = f->num_saved;
+  ++f->keeping_operator;
+  std::vector<Tensor> outputs;
+  try {
+    outputs = op();
+  } catch (...) {
+    --f->keeping_operator;
+    throw;
+  }
+  --f->keeping_operator;
+  f->kept_operators.push_back({outputs, f->num_saved - saves_before});
+  return outputs;
 }
 
 }  // namespace loom::autograd

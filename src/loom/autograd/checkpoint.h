@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <type_traits>
 #include <vector>
 
 #include "loom/autograd/grad_mode.h"
@@ -19,6 +20,29 @@ using SavePolicy = std::function<bool(const char* op)>;
 
 std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs,
                                SavePolicy keep = nullptr);
+
+// Runs `op`, the operator `name`, and returns its outputs. Inside a checkpointed forward whose
+// policy keeps `name` (recompute.exclude_op; MindSpore's MUST_SAVE, PyTorch's selective
+// checkpoint), the first forward keeps the outputs (and what the operator saves for its own
+// backward) and the recompute hands them back without running `op` again, so a kept collective
+// is not re-issued in backward. Elsewhere it just runs `op`. The operators that go through it
+// are listed in docs/memory.md.
+template <class Op>
+auto reuse_in_recompute(const char* name, Op&& op) -> std::invoke_result_t<Op&>;
+
+// Whether a checkpointed forward whose policy keeps operator `name` runs on this thread, and the
+// keeping itself (reuse_in_recompute's two halves).
+bool keeps_operator(const char* name);
+std::vector<Tensor> run_kept_operator(const char* name, const std::function<std::vector<Tensor>()>& op);
+
+template <class Op>
+auto reuse_in_recompute(const char* name, Op&& op) -> std::invoke_result_t<Op&> {
+  if (!keeps_operator(name)) return op();  // the common case: one thread-local read
+  if constexpr (std::is_same_v<std::invoke_result_t<Op&>, Tensor>)
+    return run_kept_operator(name, [&op] { return std::vector<Tensor>{op()}; })[0];
+  else
+    return run_kept_operator(name, [&op] { return op(); });
+}
 
 // True while a checkpointed function is being re-run for backward. Modules with side effects
 // in forward (counters, running maxima, aux-loss bookkeeping) skip them when this is set, so a

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "loom/autograd/checkpoint.h"
 #include "loom/autograd/function.h"
 #include "loom/autograd/grad_mode.h"
 #include "loom/core/trace.h"
@@ -115,8 +116,8 @@ std::vector<Tensor> exchange_raw(const std::vector<Tensor>& xs, const Group& gro
 
 // The differentiable exchange: its backward exchanges the grads the other way (sum-over-ranks
 // loss, as dist::all_to_all_v), with the same async choice.
-std::vector<Tensor> exchange(const std::vector<Tensor>& xs, const Group& group, const GatherOrder& order, Direction d,
-                             bool async) {
+std::vector<Tensor> recorded_exchange(const std::vector<Tensor>& xs, const Group& group, const GatherOrder& order,
+                                      Direction d, bool async) {
   std::vector<Tensor> out = exchange_raw(xs, group, order, d, async);
   std::vector<const Tensor*> inputs;
   std::vector<Tensor*> outputs;
@@ -126,7 +127,7 @@ std::vector<Tensor> exchange(const std::vector<Tensor>& xs, const Group& group, 
     outputs.push_back(&o);
     like.emplace_back(o.shape().to_vector(), o.dtype());
   }
-  autograd::record("ulysses_all_to_all", inputs, outputs, {},
+  autograd::record("UlyssesAllToAll", inputs, outputs, {},
                    [group, order, d, async, like](const Grads& g, const autograd::BackwardContext&) -> Grads {
                      std::vector<Tensor> grads;
                      for (size_t i = 0; i < like.size(); ++i)
@@ -135,6 +136,12 @@ std::vector<Tensor> exchange(const std::vector<Tensor>& xs, const Group& group, 
                      return exchange_raw(grads, group, order, Direction{!d.to_heads}, async);
                    });
   return out;
+}
+
+std::vector<Tensor> exchange(const std::vector<Tensor>& xs, const Group& group, const GatherOrder& order, Direction d,
+                             bool async) {
+  // MindSpore's AllToAll: recompute.exclude_op 'AllToAll' keeps it in a recomputed layer.
+  return autograd::reuse_in_recompute("UlyssesAllToAll", [&] { return recorded_exchange(xs, group, order, d, async); });
 }
 
 }  // namespace

@@ -64,9 +64,8 @@ AtExperts to_experts(const ExpertShard& s, const Tensor& rows, const std::vector
   const size_t L = static_cast<size_t>(s.local);
   std::vector<int64_t> count_sizes(static_cast<size_t>(n), 0);
   for (int p = first; p < first + peers; ++p) count_sizes[static_cast<size_t>(p)] = s.local;
-  Tensor counts_in = Tensor::empty({static_cast<int64_t>(counts.size())}, DType::i64);
-  s.ep->all_to_all_v(Tensor::from_vector(counts, {static_cast<int64_t>(counts.size())}), count_sizes, counts_in,
-                     count_sizes);
+  const Tensor sent_counts = Tensor::from_vector(counts, {static_cast<int64_t>(counts.size())});
+  const Tensor counts_in = all_to_all_counts(sent_counts, s.ep, count_sizes, count_sizes);
   const std::vector<int64_t> received_counts = counts_in.to_int_vector();  // [peer][local expert]
 
   AtExperts a;
@@ -154,8 +153,7 @@ std::vector<Tensor> dispatch_deredundant(const ExpertShard& s, const std::vector
     one_each[static_cast<size_t>(m * P + index_in_node)] = 1;
     rows_per_node.push_back(sent[static_cast<size_t>(m * P + index_in_node)]);
   }
-  Tensor got = Tensor::empty({nodes}, DType::i64);
-  s.ep->all_to_all_v(int_tensor(rows_per_node), one_each, got, one_each);
+  const Tensor got = all_to_all_counts(int_tensor(rows_per_node), s.ep, one_each, one_each);
   const std::vector<int64_t> got_rows = got.to_int_vector();
   for (int m = 0; m < nodes; ++m) received[static_cast<size_t>(m * P + index_in_node)] = got_rows[static_cast<size_t>(m)];
 
@@ -167,9 +165,10 @@ std::vector<Tensor> dispatch_deredundant(const ExpertShard& s, const std::vector
     sent_k[static_cast<size_t>(p)] *= K;
     received_k[static_cast<size_t>(p)] *= K;
   }
-  Tensor row_choices = Tensor::empty({rows.size(0), K}, DType::i32);
-  s.ep->all_to_all_v(Tensor::from_vector(choices, {static_cast<int64_t>(token_of_row.size()), K}), sent_k,
-                     row_choices, received_k);
+  const Tensor row_choices =
+      all_to_all_counts(Tensor::from_vector(choices, {static_cast<int64_t>(token_of_row.size()), K}), s.ep, sent_k,
+                        received_k)
+          .reshape({rows.size(0), K});
 
   // 2. Inside the node: the copies for this node's experts grouped by expert (the other nodes'
   //    choices grouped last, as one more expert, and not sent), to the experts' ranks.

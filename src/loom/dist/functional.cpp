@@ -1,5 +1,8 @@
 #include "loom/dist/functional.h"
 
+#include <mutex>
+
+#include "loom/autograd/checkpoint.h"
 #include "loom/autograd/function.h"
 #include "loom/core/trace.h"
 
@@ -81,59 +84,118 @@ Tensor exchange_rows(const Tensor& x, ProcessGroup& group, const std::vector<int
 
 }  // namespace
 
-Tensor all_gather(const Tensor& x, const std::shared_ptr<ProcessGroup>& group, int dim) {
-  LOOM_TRACE("comm", "all_gather_differentiable");
-  ProcessGroup& g = checked(x, group, "all_gather");
-  const int d = normalize_dim(dim, x.dim(), "all_gather");
-  Tensor out = gather_along(x, g, d);
-  record("all_gather", {&x}, {&out}, {}, [group, d](const Grads& grads, const BackwardContext&) -> Grads {
-    return {reduce_scatter_along(grads[0], *group, d)};
-  });
+// ---- Counting --------------------------------------------------------------------------------
+
+namespace {
+
+std::mutex g_counts_mutex;
+DifferentiableCommStats g_counts;
+
+// Runs one collective of `group` and counts it in the forward or the backward phase, with the
+// bytes the group handed to its transport meanwhile (its stats delta: the caller's collective).
+template <class Run>
+Tensor counted(ProcessGroup& group, bool backward, Run&& run) {
+  const int64_t before = group.stats().bytes_sent;
+  Tensor out = run();
+  const int64_t sent = group.stats().bytes_sent - before;
+  std::lock_guard<std::mutex> lock(g_counts_mutex);
+  CollectiveCounts& c = backward ? g_counts.backward : g_counts.forward;
+  ++c.calls;
+  c.bytes_sent += sent;
   return out;
+}
+
+// A forward that a checkpoint recomputes runs in backward.
+bool in_backward() { return autograd::is_recomputing(); }
+
+}  // namespace
+
+DifferentiableCommStats differentiable_comm_stats() {
+  std::lock_guard<std::mutex> lock(g_counts_mutex);
+  return g_counts;
+}
+
+void reset_differentiable_comm_stats() {
+  std::lock_guard<std::mutex> lock(g_counts_mutex);
+  g_counts = {};
+}
+
+// ---- The collectives ---------------------------------------------------------------------------
+
+Tensor all_gather(const Tensor& x, const std::shared_ptr<ProcessGroup>& group, int dim) {
+  return autograd::reuse_in_recompute(kAllGather, [&] {
+    LOOM_TRACE("comm", "all_gather_differentiable");
+    ProcessGroup& g = checked(x, group, "all_gather");
+    const int d = normalize_dim(dim, x.dim(), "all_gather");
+    Tensor out = counted(g, in_backward(), [&] { return gather_along(x, g, d); });
+    record(kAllGather, {&x}, {&out}, {}, [group, d](const Grads& grads, const BackwardContext&) -> Grads {
+      return {counted(*group, true, [&] { return reduce_scatter_along(grads[0], *group, d); })};
+    });
+    return out;
+  });
 }
 
 Tensor reduce_scatter(const Tensor& x, const std::shared_ptr<ProcessGroup>& group, int dim) {
-  LOOM_TRACE("comm", "reduce_scatter_differentiable");
-  ProcessGroup& g = checked(x, group, "reduce_scatter");
-  const int d = normalize_dim(dim, x.dim(), "reduce_scatter");
-  Tensor out = reduce_scatter_along(x, g, d);
-  record("reduce_scatter", {&x}, {&out}, {}, [group, d](const Grads& grads, const BackwardContext&) -> Grads {
-    return {gather_along(grads[0], *group, d)};
+  return autograd::reuse_in_recompute(kReduceScatter, [&] {
+    LOOM_TRACE("comm", "reduce_scatter_differentiable");
+    ProcessGroup& g = checked(x, group, "reduce_scatter");
+    const int d = normalize_dim(dim, x.dim(), "reduce_scatter");
+    Tensor out = counted(g, in_backward(), [&] { return reduce_scatter_along(x, g, d); });
+    record(kReduceScatter, {&x}, {&out}, {}, [group, d](const Grads& grads, const BackwardContext&) -> Grads {
+      return {counted(*group, true, [&] { return gather_along(grads[0], *group, d); })};
+    });
+    return out;
   });
-  return out;
 }
 
 Tensor all_reduce(const Tensor& x, const std::shared_ptr<ProcessGroup>& group) {
-  LOOM_TRACE("comm", "all_reduce_differentiable");
-  ProcessGroup& g = checked(x, group, "all_reduce");
-  Tensor out = sum_over(x, g);
-  record("all_reduce", {&x}, {&out}, {}, [](const Grads& grads, const BackwardContext&) -> Grads {
-    return {grads[0]};  // every rank holds the same dL/dy, and dy_s/dx_s is the identity
+  return autograd::reuse_in_recompute(kAllReduce, [&] {
+    LOOM_TRACE("comm", "all_reduce_differentiable");
+    ProcessGroup& g = checked(x, group, "all_reduce");
+    Tensor out = counted(g, in_backward(), [&] { return sum_over(x, g); });
+    record(kAllReduce, {&x}, {&out}, {}, [](const Grads& grads, const BackwardContext&) -> Grads {
+      return {grads[0]};  // every rank holds the same dL/dy, and dy_s/dx_s is the identity
+    });
+    return out;
   });
-  return out;
 }
 
 Tensor copy_to_group(const Tensor& x, const std::shared_ptr<ProcessGroup>& group) {
   checked(x, group, "copy_to_group");
   Tensor out = x.detach();  // the same storage under a node of its own
-  record("copy_to_group", {&x}, {&out}, {}, [group](const Grads& grads, const BackwardContext&) -> Grads {
-    return {sum_over(grads[0], *group)};
+  record(kCopyToGroup, {&x}, {&out}, {}, [group](const Grads& grads, const BackwardContext&) -> Grads {
+    return {counted(*group, true, [&] { return sum_over(grads[0], *group); })};
   });
   return out;
 }
 
 Tensor all_to_all_v(const Tensor& x, const std::shared_ptr<ProcessGroup>& group, const std::vector<int64_t>& send_rows,
                     const std::vector<int64_t>& recv_rows) {
-  LOOM_TRACE("comm", "all_to_all_v_differentiable");
-  ProcessGroup& g = checked(x, group, "all_to_all_v");
-  Tensor out = exchange_rows(x, g, send_rows, recv_rows);
-  // The grad of each received row goes back to the rank it came from: the same exchange with the
-  // counts swapped.
-  record("all_to_all_v", {&x}, {&out}, {},
-         [group, send_rows, recv_rows](const Grads& grads, const BackwardContext&) -> Grads {
-           return {exchange_rows(grads[0], *group, recv_rows, send_rows)};
-         });
-  return out;
+  return autograd::reuse_in_recompute(kAllToAll, [&] {
+    LOOM_TRACE("comm", "all_to_all_v_differentiable");
+    ProcessGroup& g = checked(x, group, "all_to_all_v");
+    Tensor out = counted(g, in_backward(), [&] { return exchange_rows(x, g, send_rows, recv_rows); });
+    // The grad of each received row goes back to the rank it came from: the same exchange with
+    // the counts swapped.
+    record(kAllToAll, {&x}, {&out}, {},
+           [group, send_rows, recv_rows](const Grads& grads, const BackwardContext&) -> Grads {
+             return {counted(*group, true, [&] { return exchange_rows(grads[0], *group, recv_rows, send_rows); })};
+           });
+    return out;
+  });
+}
+
+Tensor all_to_all_counts(const Tensor& counts, const std::shared_ptr<ProcessGroup>& group,
+                         const std::vector<int64_t>& send_counts, const std::vector<int64_t>& recv_counts) {
+  return autograd::reuse_in_recompute(kAllToAll, [&] {
+    int64_t total = 0;
+    for (int64_t c : recv_counts) total += c;
+    Tensor out = Tensor::empty({total}, counts.dtype());
+    return counted(*group, in_backward(), [&] {
+      group->all_to_all_v(counts.contiguous(), send_counts, out, recv_counts);
+      return out;
+    });
+  });
 }
 
 }  // namespace loom::dist

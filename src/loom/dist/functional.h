@@ -28,8 +28,14 @@
 // ran forward, in the same order (each backward is a collective too): use every output in the loss
 // on every rank, or the ranks that skip one wait for the others until the watchdog ends the run.
 // Outputs are new contiguous tensors, except copy_to_group's, which shares x's storage.
+//
+// Names. Each op runs under autograd::reuse_in_recompute and records its node under the name of
+// MindSpore's operator, which recompute.exclude_op matches (a case-insensitive substring,
+// memory_optimization.md): kept in a recomputed layer, its output is reused and the collective is
+// not issued again in backward. copy_to_group communicates in backward only.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -37,6 +43,12 @@
 #include "loom/dist/process_group.h"
 
 namespace loom::dist {
+
+inline constexpr const char* kAllGather = "AllGather";
+inline constexpr const char* kReduceScatter = "ReduceScatter";
+inline constexpr const char* kAllReduce = "AllReduce";
+inline constexpr const char* kAllToAll = "AllToAll";
+inline constexpr const char* kCopyToGroup = "CopyToGroup";
 
 // Every rank's x concatenated along dim, in rank order: size(dim) grows group.size() times.
 Tensor all_gather(const Tensor& x, const std::shared_ptr<ProcessGroup>& group, int dim);
@@ -50,5 +62,22 @@ Tensor copy_to_group(const Tensor& x, const std::shared_ptr<ProcessGroup>& group
 // receives recv_rows[p] rows from each p, concatenated in rank order.
 Tensor all_to_all_v(const Tensor& x, const std::shared_ptr<ProcessGroup>& group, const std::vector<int64_t>& send_rows,
                     const std::vector<int64_t>& recv_rows);
+// The expert dispatch's token counts (int64, not differentiable): `send_counts[p]` elements of
+// `counts` to each rank p, `recv_counts[p]` from each, as the operator AllToAll (kept and reused
+// under exclude_op like the rows it announces).
+Tensor all_to_all_counts(const Tensor& counts, const std::shared_ptr<ProcessGroup>& group,
+                         const std::vector<int64_t>& send_counts, const std::vector<int64_t>& recv_counts);
+
+// The differentiable collectives this process issued, and the bytes their groups sent for them:
+// in the forward, and in backward (the duals, and the forwards a checkpoint recomputes).
+struct CollectiveCounts {
+  int64_t calls = 0;
+  int64_t bytes_sent = 0;
+};
+struct DifferentiableCommStats {
+  CollectiveCounts forward, backward;
+};
+DifferentiableCommStats differentiable_comm_stats();
+void reset_differentiable_comm_stats();
 
 }  // namespace loom::dist

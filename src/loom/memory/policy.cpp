@@ -12,9 +12,12 @@ namespace loom::memory {
 
 namespace {
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
+// Lower case without underscores: 'AllGather', 'allgather' and 'all_gather' name one operator.
+std::string folded(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s)
+    if (c != '_') out += static_cast<char>(std::tolower(c));
+  return out;
 }
 
 std::string join(const std::vector<std::string>& v) {
@@ -26,9 +29,9 @@ std::string join(const std::vector<std::string>& v) {
 }  // namespace
 
 bool op_is_excluded(const char* op, const std::vector<std::string>& exclude_ops) {
-  const std::string name = lower(op ? op : "");
+  const std::string name = folded(op ? op : "");
   for (const auto& e : exclude_ops)
-    if (name.find(lower(e)) != std::string::npos) return true;
+    if (name.find(folded(e)) != std::string::npos) return true;
   return false;
 }
 

@@ -58,7 +58,11 @@ MemoryPlan plan_memory(const std::vector<LayerRef>& layers, int64_t num_layers, 
 std::shared_ptr<SwapManager> apply_memory_plan(nn::Module& model, const std::vector<LayerRef>& layers,
                                                const MemoryPlan& plan, const RecomputeOptions& recompute);
 
-// The checkpoint save policy for exclude_op: keep outputs of ops whose name contains any entry.
+// recompute.exclude_op (memory_optimization.md "Key Behaviors of exclude_op"): whether operator
+// `op`'s name contains an entry, case-insensitively (and ignoring underscores, so 'AllGather'
+// and 'all_gather' are one name). A kept operator's outputs and saved tensors survive the
+// forward and the recompute reuses them (autograd::reuse_in_recompute); docs/memory.md lists
+// the operator names.
 bool op_is_excluded(const char* op, const std::vector<std::string>& exclude_ops);
 
 }  // namespace loom::memory

@@ -1,6 +1,7 @@
 #include "loom/ops/elementwise.h"
 
 #include "loom/core/trace.h"
+#include "loom/autograd/checkpoint.h"
 #include "loom/autograd/function.h"
 #include "loom/kernels/kernel_table.h"
 
@@ -185,23 +186,27 @@ Tensor gelu(const Tensor& a, bool tanh_approx) {
 }
 
 Tensor swiglu(const Tensor& gate, const Tensor& up) {
-  LOOM_TRACE("op", "swiglu");
-  Tensor out = kernels::for_tensor(gate, "swiglu").swiglu(gate, up);
-  record("swiglu", {&gate, &up}, {&out}, {gate, up}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
-    Tensor dg, du;
-    kernels::for_tensor(g[0], "swiglu").swiglu_backward(g[0], ctx.saved(0), ctx.saved(1), dg, du);
-    return {dg, du};
+  return autograd::reuse_in_recompute("swiglu", [&] {
+    LOOM_TRACE("op", "swiglu");
+    Tensor out = kernels::for_tensor(gate, "swiglu").swiglu(gate, up);
+    record("swiglu", {&gate, &up}, {&out}, {gate, up}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
+      Tensor dg, du;
+      kernels::for_tensor(g[0], "swiglu").swiglu_backward(g[0], ctx.saved(0), ctx.saved(1), dg, du);
+      return {dg, du};
+    });
+    return out;
   });
-  return out;
 }
 
 Tensor swiglu_packed(const Tensor& h) {
-  LOOM_TRACE("op", "swiglu");
-  Tensor out = kernels::for_tensor(h, "swiglu").swiglu_packed(h);
-  record("swiglu", {&h}, {&out}, {h}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
-    return {kernels::for_tensor(g[0], "swiglu").swiglu_packed_backward(g[0], ctx.saved(0))};
+  return autograd::reuse_in_recompute("swiglu", [&] {
+    LOOM_TRACE("op", "swiglu");
+    Tensor out = kernels::for_tensor(h, "swiglu").swiglu_packed(h);
+    record("swiglu", {&h}, {&out}, {h}, [](const Grads& g, const BackwardContext& ctx) -> Grads {
+      return {kernels::for_tensor(g[0], "swiglu").swiglu_packed_backward(g[0], ctx.saved(0))};
+    });
+    return out;
   });
-  return out;
 }
 
 Tensor cast(const Tensor& a, DType dtype) {

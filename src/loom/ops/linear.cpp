@@ -1,6 +1,7 @@
 #include "loom/ops/linear.h"
 
 #include "loom/core/trace.h"
+#include "loom/autograd/checkpoint.h"
 #include "loom/autograd/function.h"
 #include "loom/kernels/kernel_table.h"
 #include "loom/ops/shape.h"
@@ -19,46 +20,48 @@ DType wgrad_dtype(DType weight) {
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
-  LOOM_TRACE("op", "linear");
-  LOOM_CHECK(w.dim() == 2, ShapeError, "linear: weight must be 2-D [out, in], got ", w.shape().str());
-  LOOM_CHECK(x.dim() >= 1 && x.shape()[x.dim() - 1] == w.shape()[1], ShapeError,
-             "linear: input ", x.shape().str(), " has last dim ", x.dim() ? x.shape()[x.dim() - 1] : 0,
-             " but weight ", w.shape().str(), " expects ", w.shape()[1], " (weight is [out, in])");
-  check_same_dtype(x, w, "linear");
-  const int64_t K = w.shape()[1], N = w.shape()[0], M = x.numel() / std::max<int64_t>(K, 1);
-  if (b.defined()) {
-    LOOM_CHECK(b.dim() == 1 && b.shape()[0] == N, ShapeError, "linear: bias ", b.shape().str(),
-               " must be [", N, "] for weight ", w.shape().str());
-    check_same_dtype(x, b, "linear");
-  }
-  Shape out_shape = x.shape();
-  out_shape[out_shape.ndim() - 1] = N;
-  const KernelTable& k = kernels::for_tensor(x, "linear");
-  Tensor x2 = x.reshape({M, K});
-  Tensor y = Tensor::empty({M, N}, x.dtype(), x.device());
-  if (b.defined()) {
-    y.copy_(b.expand({M, N}));  // bias first, then GEMM accumulates onto it (one pass fewer)
-    k.gemm(x2, false, w, true, y, 1.0, 1.0);
-  } else {
-    k.gemm(x2, false, w, true, y, 1.0, 0.0);
-  }
-  Tensor out = y.view(out_shape);
-  const bool has_bias = b.defined();
-  record("linear", {&x, &w, &b}, {&out}, {x2, w},
-         [M, K, N, has_bias, in_shape = x.shape()](const Grads& g, const BackwardContext& ctx) -> Grads {
-           const KernelTable& k = kernels::for_tensor(g[0], "linear");
-           Grads r(3);
-           Tensor g2 = g[0].reshape({M, N});
-           if (ctx.needs_input_grad(0))
-             r[0] = k.matmul_2d(g2, false, ctx.saved(1), false, g2.dtype()).view(in_shape);
-           // bf16/f16 weights: the weight grad stays in fp32 (gradient-accumulation fusion), so
-           // the main grad never sees a bf16-rounded wgrad.
-           if (ctx.needs_input_grad(1))
-             r[1] = k.matmul_2d(g2, true, ctx.saved(0), false, wgrad_dtype(ctx.saved(1).dtype()));
-           if (has_bias && ctx.needs_input_grad(2)) r[2] = k.sum(g2, {0}, false);
-           return r;
-         });
-  return out;
+  return autograd::reuse_in_recompute("linear", [&] {
+    LOOM_TRACE("op", "linear");
+    LOOM_CHECK(w.dim() == 2, ShapeError, "linear: weight must be 2-D [out, in], got ", w.shape().str());
+    LOOM_CHECK(x.dim() >= 1 && x.shape()[x.dim() - 1] == w.shape()[1], ShapeError,
+               "linear: input ", x.shape().str(), " has last dim ", x.dim() ? x.shape()[x.dim() - 1] : 0,
+               " but weight ", w.shape().str(), " expects ", w.shape()[1], " (weight is [out, in])");
+    check_same_dtype(x, w, "linear");
+    const int64_t K = w.shape()[1], N = w.shape()[0], M = x.numel() / std::max<int64_t>(K, 1);
+    if (b.defined()) {
+      LOOM_CHECK(b.dim() == 1 && b.shape()[0] == N, ShapeError, "linear: bias ", b.shape().str(),
+                 " must be [", N, "] for weight ", w.shape().str());
+      check_same_dtype(x, b, "linear");
+    }
+    Shape out_shape = x.shape();
+    out_shape[out_shape.ndim() - 1] = N;
+    const KernelTable& k = kernels::for_tensor(x, "linear");
+    Tensor x2 = x.reshape({M, K});
+    Tensor y = Tensor::empty({M, N}, x.dtype(), x.device());
+    if (b.defined()) {
+      y.copy_(b.expand({M, N}));  // bias first, then GEMM accumulates onto it (one pass fewer)
+      k.gemm(x2, false, w, true, y, 1.0, 1.0);
+    } else {
+      k.gemm(x2, false, w, true, y, 1.0, 0.0);
+    }
+    Tensor out = y.view(out_shape);
+    const bool has_bias = b.defined();
+    record("linear", {&x, &w, &b}, {&out}, {x2, w},
+           [M, K, N, has_bias, in_shape = x.shape()](const Grads& g, const BackwardContext& ctx) -> Grads {
+             const KernelTable& k = kernels::for_tensor(g[0], "linear");
+             Grads r(3);
+             Tensor g2 = g[0].reshape({M, N});
+             if (ctx.needs_input_grad(0))
+               r[0] = k.matmul_2d(g2, false, ctx.saved(1), false, g2.dtype()).view(in_shape);
+             // bf16/f16 weights: the weight grad stays in fp32 (gradient-accumulation fusion), so
+             // the main grad never sees a bf16-rounded wgrad.
+             if (ctx.needs_input_grad(1))
+               r[1] = k.matmul_2d(g2, true, ctx.saved(0), false, wgrad_dtype(ctx.saved(1).dtype()));
+             if (has_bias && ctx.needs_input_grad(2)) r[2] = k.sum(g2, {0}, false);
+             return r;
+           });
+    return out;
+  });
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {

@@ -1,6 +1,7 @@
 #include "loom/ops/norm.h"
 
 #include "loom/core/trace.h"
+#include "loom/autograd/checkpoint.h"
 #include "loom/autograd/function.h"
 #include "loom/kernels/kernel_table.h"
 #include "loom/ops/elementwise.h"
@@ -66,13 +67,15 @@ void check_compute_dtype(DType compute, const char* op) {
 }  // namespace
 
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps, DType compute_dtype) {
-  LOOM_TRACE("op", "rms_norm");
-  check_compute_dtype(compute_dtype, "rms_norm");
-  if (!is_reduced(compute_dtype) || x.dtype() == DType::f64)
-    return rms_norm_fused(x, weight, eps, compute_dtype);
-  // Reduced-precision compute: the op sees compute_dtype inputs; its output is cast back.
-  Tensor y = rms_norm_fused(cast(x, compute_dtype), cast_if(weight, compute_dtype), eps, DType::f32);
-  return cast(y, x.dtype());
+  return autograd::reuse_in_recompute("rms_norm", [&] {
+    LOOM_TRACE("op", "rms_norm");
+    check_compute_dtype(compute_dtype, "rms_norm");
+    if (!is_reduced(compute_dtype) || x.dtype() == DType::f64)
+      return rms_norm_fused(x, weight, eps, compute_dtype);
+    // Reduced-precision compute: the op sees compute_dtype inputs; its output is cast back.
+    Tensor y = rms_norm_fused(cast(x, compute_dtype), cast_if(weight, compute_dtype), eps, DType::f32);
+    return cast(y, x.dtype());
+  });
 }
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,

@@ -6,6 +6,7 @@
 #include "loom/core/allocator.h"
 #include "loom/core/log.h"
 #include "loom/data/atomic_file.h"
+#include "loom/dist/functional.h"
 #include "loom/train/trainer.h"
 
 namespace loom::train {
@@ -31,6 +32,7 @@ class RankReportCallback : public Callback {
     if (!measuring_) return;
     // Everything sent from here to this step's end is this step's traffic.
     t.mesh().reset_stats();
+    dist::reset_differentiable_comm_stats();
     mem_start_bytes_ = memory_stats().current_bytes;
   }
 
@@ -67,6 +69,12 @@ class RankReportCallback : public Callback {
     j["bytes_sent_per_step"] = sent;
     j["bytes_received_per_step"] = received;
     j["collectives_per_step"] = collectives;
+    // The layers' differentiable collectives (TP, CP, EP), in forward and in backward (their duals
+    // and what a recompute re-issues): recompute.exclude_op's effect shows here.
+    const dist::DifferentiableCommStats layer_comm = dist::differentiable_comm_stats();
+    j["layer_collectives_per_step"] = {
+        {"forward", {{"calls", layer_comm.forward.calls}, {"bytes_sent", layer_comm.forward.bytes_sent}}},
+        {"backward", {{"calls", layer_comm.backward.calls}, {"bytes_sent", layer_comm.backward.bytes_sent}}}};
     // Which communicator each mesh axis uses: an axis spanning the whole world is "world".
     j["mesh_groups"] = groups;
     const std::string path = rank_report_path(t.options().run_dir, mesh.rank());

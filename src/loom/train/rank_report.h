@@ -7,6 +7,8 @@
 //   mem_start_bytes   allocator bytes live when the step began (the static part, mostly the above)
 //   mem_peak_bytes    allocator peak during the step (as metrics.jsonl)
 //   bytes_sent_per_step  payload bytes handed to the transport in that step, per communicator
+//   layer_collectives_per_step  the differentiable collectives of the layers (TP, CP, EP): calls
+//                        and bytes sent in forward and in backward (duals and recomputed forwards)
 //
 // in the vocabulary of `loom plan --json` (docs/plan.md), so a plan can be checked against a run.
 // Everything is read from the live tensors, the allocator and the process groups' counters.
