@@ -250,11 +250,17 @@ int main(int argc, char** argv) {
   log::set_level(log::Level::error);
   const fs::path work = fs::temp_directory_path() / ("loom_fuzz_" + std::to_string(::getpid()));
   fs::create_directories(work);
-  int failures = 0;
+  // A misspelt parser or mutation count would fuzz nothing and still exit 0 (CTest: Passed).
+  if (mutations <= 0) {
+    std::fprintf(stderr, "error: mutations '%s' must be a positive count\n", argv[2]);
+    return 2;
+  }
+  int failures = 0, fuzzed = 0;
   try {
     auto targets = make_targets(work);
     for (auto& [name, target] : targets) {
       if (which != "all" && which != name) continue;
+      ++fuzzed;
       // The seed itself must be read without an error: else the mutations test nothing.
       target.read(target.seed);
       std::mt19937_64 rng(seed * 1000003ull + std::hash<std::string>{}(name));
@@ -277,6 +283,12 @@ int main(int argc, char** argv) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::printf("%-12s %ld mutations, %ld rejected with a loom::Error, %ld read, %.2fs\n", name.c_str(), mutations,
                   rejected, mutations - rejected, s);
+    }
+    if (fuzzed == 0) {
+      std::string names;
+      for (const auto& [name, target] : targets) names += " " + name;
+      std::fprintf(stderr, "error: unknown parser '%s'; the parsers are:%s (or all)\n", which.c_str(), names.c_str());
+      failures = 1;
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "FAIL: setting up the seeds: %s\n", e.what());
