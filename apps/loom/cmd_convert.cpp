@@ -16,6 +16,7 @@
 #include "loom/core/byte_size.h"
 #include "loom/core/error.h"
 #include "loom/core/log.h"
+#include "loom/core/text.h"
 #include "loom/models/convert.h"
 
 namespace {
@@ -52,7 +53,8 @@ Json read_model_section(const std::string& path) {
     try {
       doc = Json::parse(ss.str());
     } catch (const nlohmann::json::parse_error& e) {
-      LOOM_THROW(ConfigError, path, ": not valid JSON (", e.what(), "); give a YAML file ending in .yaml");
+      LOOM_THROW(ConfigError, path, ": not valid JSON (", loom::json_error_text(e.what()),
+                 "); give a YAML file ending in .yaml");
     }
   }
   if (doc.is_object() && doc.contains("model") && doc["model"].is_object()) return doc["model"];

@@ -124,7 +124,10 @@ int train_with(const std::vector<std::string>& args, loom::dist::Runtime& rt) {
   // Every rank writes its checkpoint shards under the run directory: rank 0's choice for all.
   std::string run_dir = output.empty() ? default_run_dir(config_path) : output;
   if (rt.world_size() > 1) run_dir = loom::dist::broadcast_string(*rt.world(), run_dir, 0);
-  std::filesystem::create_directories(run_dir);
+  std::error_code ec;
+  std::filesystem::create_directories(run_dir, ec);
+  LOOM_CHECK(!ec, IOError, "cannot create the run directory '", run_dir, "': ", ec.message(),
+             " (pass --output with a writable path)");
   if (rt.rank() == 0) {
     loom::log::set_file((std::filesystem::path(run_dir) / "train.log").string());
     loom::config::write_effective_config(loaded.config, (std::filesystem::path(run_dir) / "config.yaml").string());

@@ -145,6 +145,16 @@ TEST(Preprocess, BadLinesNameFileAndLine) {
 }
 
 // The commands behind `loom tokenizer train` and `loom preprocess`.
+// An output folder that cannot be made is named with the fix, not the filesystem library's text.
+TEST(Preprocess, AnOutputFolderThatCannotBeMadeIsNamed) {
+  TempDir dir;
+  loom::testing::write_file(dir.file("a_file"), "not a folder");
+  const std::string e = error_of([&] { preprocess_jsonl(preprocess_options(dir.file("a_file/sub/out"), 1, true)); });
+  EXPECT_NE(e.find("--output-prefix " + dir.file("a_file/sub/out") + ": cannot create its folder"), std::string::npos)
+      << e;
+  EXPECT_EQ(e.find("filesystem error"), std::string::npos) << e;
+}
+
 TEST(DataCommands, TokenizerTrainAndPreprocess) {
   TempDir dir;
   testing::internal::CaptureStdout();

@@ -175,6 +175,21 @@ TEST(HfInterop, BrokenFoldersListEveryProblem) {
       << msg;
 }
 
+// A damaged config.json is named with what the JSON parser found, without the library's tag.
+TEST(HfInterop, ADamagedConfigJsonIsNamedWithoutTheParsersTag) {
+  TempDir dir;
+  std::ofstream(dir.file("config.json")) << "{\"model_type\": \"llama\", ";
+  std::string e;
+  try {
+    read_hf_config(dir.path().string());
+  } catch (const CheckpointError& error) {
+    e = error.what();
+  }
+  EXPECT_NE(e.find(dir.file("config.json") + ": invalid JSON near byte"), std::string::npos) << e;
+  EXPECT_NE(e.find("parse error at line 1"), std::string::npos) << e;
+  EXPECT_EQ(e.find("[json.exception"), std::string::npos) << e;
+}
+
 TEST(HfInterop, UnrepresentableModelsAreRefusedBeforeWriting) {
   Json j = loom::testing::tiny_llama();
   j["normalization"] = "LayerNorm";

@@ -18,8 +18,8 @@ struct InertField {
 
 const InertField kInertFields[] = {
     {"training.deterministic", [](const TrainConfig& c) { return !c.training.deterministic; },
-     "is False, but Loom's kernels and reductions always run in a fixed order: every run of a configuration on the "
-     "same world size is bit-identical, and False makes nothing faster"},
+     "is False, but Loom's kernels and reductions always run in a fixed order: runs of a configuration on the same "
+     "world size and thread count are bit-identical, and False makes nothing faster"},
     {"parallelism.data_parallel_shard_strategy",
      [](const TrainConfig& c) { return c.parallelism.data_parallel_shard_strategy != "optim_grads_params"; },
      "has no effect: Loom always shards parameters, gradients and optimizer state (optim_grads_params; the reference "

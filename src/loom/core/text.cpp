@@ -84,4 +84,10 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
   return out + "?";
 }
 
+std::string json_error_text(const std::string& what) {
+  if (what.rfind("[json.exception.", 0) != 0) return what;
+  const size_t end = what.find("] ");
+  return end == std::string::npos ? what : what.substr(end + 2);
+}
+
 }  // namespace loom

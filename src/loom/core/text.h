@@ -21,4 +21,9 @@ std::string closest_match(const std::string& word, const std::vector<std::string
 // "; did you mean 'x'?" (or "'x' or 'y'" for a tie), or "" when nothing is close.
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 
+// A JSON library error's message without the library's tag ("[json.exception.parse_error.101] "):
+// "parse error at line 1, column 25: syntax error while parsing object key - unexpected end of
+// input; expected string literal". Loom's messages name the file and the fix around it.
+std::string json_error_text(const std::string& what);
+
 }  // namespace loom

@@ -154,7 +154,10 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& o) {
              "model's folder: its tokenizer_config.json names eos_token)");
   const TokenDType dtype = optimal_token_dtype(tokenizer.vocab_size());
   const std::filesystem::path out_dir = std::filesystem::path(o.output_prefix).parent_path();
-  if (!out_dir.empty()) std::filesystem::create_directories(out_dir);
+  std::error_code ec;
+  if (!out_dir.empty()) std::filesystem::create_directories(out_dir, ec);
+  LOOM_CHECK(!ec, IOError, "--output-prefix ", o.output_prefix, ": cannot create its folder ", out_dir.string(), ": ",
+             ec.message(), " (choose a writable place)");
 
   PreprocessResult result;
   std::vector<std::unique_ptr<IndexedDatasetBuilder>> builders;

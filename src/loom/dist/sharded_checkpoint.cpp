@@ -8,6 +8,7 @@
 #include <set>
 
 #include "loom/core/error.h"
+#include "loom/core/text.h"
 #include "loom/core/regular_file.h"
 #include "loom/core/trace.h"
 #include "loom/models/safetensors.h"
@@ -71,7 +72,7 @@ Json read_json_file(const fs::path& path) {
   try {
     return Json::parse(in);
   } catch (const std::exception& e) {
-    LOOM_THROW(CheckpointError, "'", path.string(), "' is not valid JSON (", e.what(),
+    LOOM_THROW(CheckpointError, "'", path.string(), "' is not valid JSON (", json_error_text(e.what()),
                "); the checkpoint is damaged: load an earlier iteration");
   }
 }
@@ -133,7 +134,8 @@ std::map<std::string, SavedTensor> read_layout(const fs::path& dir) {
       out[name] = std::move(t);
     }
     } catch (const nlohmann::json::exception& e) {
-      LOOM_THROW(CheckpointError, "'", meta_path.string(), "' is not the metadata a save writes (", e.what(),
+      LOOM_THROW(CheckpointError, "'", meta_path.string(), "' is not the metadata a save writes (",
+                 json_error_text(e.what()),
                  "); the file is damaged");
     }
     return out;

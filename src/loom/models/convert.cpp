@@ -9,6 +9,7 @@
 
 #include "loom/core/error.h"
 #include "loom/core/log.h"
+#include "loom/core/text.h"
 #include "loom/models/registry.h"
 #include "loom/models/safetensors.h"
 
@@ -39,7 +40,7 @@ std::optional<Json> read_model_config_file(const fs::path& dir) {
   try {
     return Json::parse(ss.str());
   } catch (const nlohmann::json::parse_error& e) {
-    LOOM_THROW(CheckpointError, p.string(), ": invalid JSON: ", e.what());
+    LOOM_THROW(CheckpointError, p.string(), ": invalid JSON: ", json_error_text(e.what()));
   }
 }
 
@@ -118,7 +119,7 @@ LoomCheckpoint read_loom_checkpoint(const std::string& path) {
       try {
         out.model_section = Json::parse(file.metadata().at("model_config"));
       } catch (const nlohmann::json::parse_error& e) {
-        LOOM_THROW(CheckpointError, f.string(), ": __metadata__ model_config is not JSON: ", e.what());
+        LOOM_THROW(CheckpointError, f.string(), ": __metadata__ model_config is not JSON: ", json_error_text(e.what()));
       }
     }
     for (const auto& e : file.entries()) {

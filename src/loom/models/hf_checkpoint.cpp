@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "loom/core/error.h"
+#include "loom/core/text.h"
 #include "loom/core/regular_file.h"
 #include "loom/models/hf_config.h"
 #include "loom/models/hf_weights.h"
@@ -28,9 +29,10 @@ Json read_json_file(const std::string& path) {
   try {
     return Json::parse(ss.str());
   } catch (const nlohmann::json::parse_error& e) {
-    LOOM_THROW(CheckpointError, path, ": invalid JSON near byte ", e.byte, ": ", e.what());
+    LOOM_THROW(CheckpointError, path, ": invalid JSON near byte ", e.byte, ": ", json_error_text(e.what()),
+               "; the file must be the config.json saved with the model");
   } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double
-    LOOM_THROW(CheckpointError, path, ": invalid JSON: ", e.what());
+    LOOM_THROW(CheckpointError, path, ": invalid JSON: ", json_error_text(e.what()));
   }
 }
 

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/core/regular_file.h"
+#include "loom/core/text.h"
 
 namespace loom::models {
 
@@ -98,9 +99,9 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     header = nlohmann::json::parse(bytes + 8, bytes + 8 + header_len);
   } catch (const nlohmann::json::parse_error& e) {
     LOOM_THROW(CheckpointError, path, ": header JSON is invalid near offset ", 8 + e.byte, ": ",
-               e.what());
+               json_error_text(e.what()));
   } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double
-    LOOM_THROW(CheckpointError, path, ": header JSON at offset 8 is invalid: ", e.what());
+    LOOM_THROW(CheckpointError, path, ": header JSON at offset 8 is invalid: ", json_error_text(e.what()));
   }
   LOOM_CHECK(header.is_object(), CheckpointError, path,
              ": header at offset 8 must be a JSON object of tensors");

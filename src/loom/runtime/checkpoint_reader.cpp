@@ -8,6 +8,7 @@
 
 #include "loom/core/error.h"
 #include "loom/core/log.h"
+#include "loom/core/text.h"
 #include "loom/core/regular_file.h"
 
 namespace loom::runtime {
@@ -23,7 +24,7 @@ nlohmann::ordered_json read_json_file(const fs::path& path) {
   try {
     return nlohmann::ordered_json::parse(in);
   } catch (const std::exception& e) {
-    LOOM_THROW(CheckpointError, "'", path.string(), "' is not valid JSON (", e.what(),
+    LOOM_THROW(CheckpointError, "'", path.string(), "' is not valid JSON (", json_error_text(e.what()),
                "); the checkpoint is damaged: load an earlier iteration");
   }
 }

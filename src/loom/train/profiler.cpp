@@ -72,7 +72,10 @@ void Profiler::on_step_end(int64_t step) {
 }
 
 void Profiler::write(const std::vector<trace::Event>& events) {
-  std::filesystem::create_directories(dir_);
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  LOOM_CHECK(!ec, IOError, "cannot create the profiler's folder '", dir_, "': ", ec.message(),
+             " (set profiler.output_path to a writable directory)");
   written_ = (std::filesystem::path(dir_) / ("trace_rank" + std::to_string(rank_) + ".json")).string();
   write_chrome_trace(events, rank_, written_);
   log::info("profiler: wrote ", events.size(), " events to ", written_, " (open it in https://ui.perfetto.dev)");
