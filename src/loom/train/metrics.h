@@ -16,9 +16,9 @@ struct StepMetrics {
   int64_t step = 0;              // completed optimizer updates
   int64_t max_steps = 0;
   double loss = 0;               // mean over micro-batches (and ranks)
-  double lr = 0;                 // the learning rate this update used
   double local_loss = 0;         // this rank's own mean over its micro-batches
   bool holds_loss = true;        // false on a pipeline stage that forms no loss
+  double lr = 0;                 // the learning rate this update used
   double grad_norm = 0;          // pre-clip global norm
   int64_t consumed_samples = 0;
   int64_t global_batch_size = 0;

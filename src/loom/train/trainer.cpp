@@ -117,12 +117,12 @@ void Trainer::build() {
   log::info("model: ", model().module().num_parameters(), " parameters", parallel_model().pipeline() ? " on this pipeline stage" : "", ", ", model().num_layers(), " layers; ",
             state_.num_accumulation_steps, " micro-batch", state_.num_accumulation_steps > 1 ? "es" : "",
             " of ", config_.training.local_batch_size, " × ", seq_length_, " tokens per step");
-  log::info("MFU peak", world_size() == 1 ? "" : " per process (MFU uses it × the process count)", ": ",
-            peak_.description);
   if (const auto& ramp = resolved_.layout.rampup)
     log::info("training.rampup_batch_size: the global batch grows from ", ramp->start, " by ", ramp->increment,
               " samples to ", ramp->target, " over the first ", ramp->ramp_samples, " samples (",
               resolved_.layout.final_micro_batches(), " micro-batches per step then)");
+  log::info("MFU peak", world_size() == 1 ? "" : " per process (MFU uses it × the process count)", ": ",
+            peak_.description);
   log::info(runtime_->backend().description());
 }
 
@@ -273,6 +273,12 @@ void Trainer::build_monitoring() {
   callbacks_ = make_builtin_callbacks(*this);
   for (auto& cb : configured_callbacks_) callbacks_.push_back(std::move(cb));
   configured_callbacks_.clear();
+  // The reference's configure_max_logits_tracking: the attention layers track their max logits
+  // for Muon's QK-clip or a MaxLogitsMonitor, which QK-clip brings along when none is listed.
+  bool monitor_listed = false;
+  for (const auto& cb : callbacks_) monitor_listed = monitor_listed || cb->name() == "MaxLogitsMonitor";
+  if (optimizer_->uses_qk_clip() && !monitor_listed) callbacks_.push_back(make_max_logits_monitor());
+  hooks_->set_track_max_logits(optimizer_->uses_qk_clip() || monitor_listed);
 }
 
 // ---- Resume ----------------------------------------------------------------------------------
@@ -309,14 +315,9 @@ void Trainer::resume(const std::string& load_path) {
   optimizer_->set_global_step(step);
   loader_->set_consumed_samples(state_.consumed_samples);
   state_.epoch = loader_->epoch();
+  follow_batch_ramp();
   if (ck.extra.contains("rng")) {
     const auto& r = ck.extra["rng"];
-  // The reference's configure_max_logits_tracking: the attention layers track their max logits
-  // for Muon's QK-clip or a MaxLogitsMonitor, which QK-clip brings along when none is listed.
-  bool monitor_listed = false;
-  for (const auto& cb : callbacks_) monitor_listed = monitor_listed || cb->name() == "MaxLogitsMonitor";
-  if (optimizer_->uses_qk_clip() && !monitor_listed) callbacks_.push_back(make_max_logits_monitor());
-  hooks_->set_track_max_logits(optimizer_->uses_qk_clip() || monitor_listed);
     default_generator().set_state({r.at("seed").get<uint64_t>(), r.at("stream").get<uint64_t>(), r.at("offset").get<uint64_t>()});
   }
   if (ck.extra.contains("lr_scheduler"))
@@ -353,7 +354,6 @@ CheckpointContents Trainer::checkpoint_contents() {
   CheckpointContents c;
   c.iteration = state_.global_step;
   c.epoch_num = state_.epoch;
-  follow_batch_ramp();
   c.step_num = config_.training.steps;
   c.global_batch_size = config_.training.global_batch_size;
   c.consumed_samples = state_.consumed_samples;
@@ -414,6 +414,8 @@ int64_t Trainer::train_step(StepMetrics& m) {
   m.skip_reason = skip;
   if (m.skipped) ++skipped_updates_;
   m.loss = r.loss;
+  m.local_loss = r.local_loss;
+  m.holds_loss = r.holds_loss;
   m.grad_norm = grad_norm;
   m.extra = r.extras;
   return r.tokens * loader_->settings().shard.count;  // every data-parallel rank's tokens
@@ -452,8 +454,6 @@ void Trainer::count_skip(const std::string& reason, double loss, double grad_nor
   ++state_.consecutive_skips;
   log::warn("step ", state_.global_step + 1, ": ", reason, "; the update is skipped (", state_.consecutive_skips,
             " in a row)");
-  m.local_loss = r.local_loss;
-  m.holds_loss = r.holds_loss;
   LOOM_CHECK(state_.consecutive_skips <= health.global_norm_skip_time, Error, "training stopped at step ",
              state_.global_step + 1, ": ", state_.consecutive_skips, " updates in a row were skipped (", reason,
              "; grad norm ", grad_norm, ", loss ", loss, "), more than monitor.health_checkpoint.global_norm_skip_time = ",
@@ -482,6 +482,9 @@ TrainSummary Trainer::train() {
     StepMetrics m;
     m.max_steps = max_steps;
     profiler_->on_step_begin(state_.global_step + 1);
+    follow_batch_ramp();
+    hooks_->begin_step();
+    const int64_t samples_per_step = state_.num_accumulation_steps * resolved_.layout.samples_per_micro_step;
     fire(&Callback::on_step_begin);
     reset_peak_memory();
     const auto t0 = std::chrono::steady_clock::now();
@@ -511,6 +514,7 @@ TrainSummary Trainer::train() {
     }
     if (state_.epoch != epoch_before) fire(&Callback::on_epoch_end);
     fire(&Callback::on_step_end, &m);
+    metrics_->write(m);  // with what every callback added to the step
     if (validates_after(state_.global_step)) {
       const EvalMetrics e = validate();
       metrics_->write(e);
@@ -520,9 +524,6 @@ TrainSummary Trainer::train() {
     const std::string log_error = log::file_error();
     LOOM_CHECK(log_error.empty(), IOError, log_error, " (at step ", state_.global_step, "); free space or pass --output "
                "on another disk, then resume from the last checkpoint");
-    follow_batch_ramp();
-    hooks_->begin_step();
-    const int64_t samples_per_step = state_.num_accumulation_steps * resolved_.layout.samples_per_micro_step;
     if (state_.epoch != epoch_before) fire(&Callback::on_epoch_begin);
     profiler_->on_step_end(state_.global_step);
   }
@@ -541,4 +542,3 @@ TrainSummary Trainer::train() {
 }
 
 }  // namespace loom::train
-    metrics_->write(m);  // with what every callback added to the step

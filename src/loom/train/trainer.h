@@ -54,12 +54,12 @@ struct TrainState {
   int64_t epoch = 0;
   int64_t num_accumulation_steps = 1;
   int64_t consecutive_skips = 0;
-};
-
-struct TrainSummary {
   // The embedding health check's verdict on the last step (monitor.health_checkpoint):
   // checkpoints record it, and a resume from a save directory takes the latest healthy one.
   bool healthy = true;
+};
+
+struct TrainSummary {
   int64_t first_step = 0;   // global_step before the run (resume point)
   int64_t last_step = 0;
   double first_loss = 0, last_loss = 0;
@@ -118,14 +118,14 @@ class Trainer {
   void build_checkpointing();
   void build_monitoring();
   void resume(const std::string& load_path);
+  // The next step's micro-batches from the samples consumed (training.rampup_batch_size), given
+  // to the schedule and to the injected losses' backward scale.
+  void follow_batch_ramp();
   void load_sharded(const std::string& dir, bool load_optim);
   // One optimizer step; returns the tokens it trained on over every data-parallel rank.
   int64_t train_step(StepMetrics& m);
   // Whether the validation runs after optimizer step `step`, and the validation itself.
   bool validates_after(int64_t step) const;
-  // The next step's micro-batches from the samples consumed (training.rampup_batch_size), given
-  // to the schedule and to the injected losses' backward scale.
-  void follow_batch_ramp();
   EvalMetrics validate();
   // The grad norm with every rank's grads, then clipping; returns the pre-clip norm.
   double clip_gradients();
