@@ -57,16 +57,28 @@ TEST(Traffic, HsdpAllReducesTheShardGradsOverReplicas) {
   EXPECT_EQ(traffic(c, 0).at("dp_replicate"), expected);
 }
 
-TEST(Traffic, TensorParallelIsTheCountedVolumeOfTheRanksLayers) {
-  const auto c = load(tiny_yaml(), 2, {"parallelism.tensor_parallel=2", "training.global_batch_size=2"});
-  TpStepShape shape;
-  shape.batch = 2;
-  shape.seq = 32;
-  shape.world_size = 2;
-  int64_t expected = 0;
-  for (const auto& site : count_tp_volume(c.resolved->model_args(), 2, shape))
-    if (site.kind != SiteKind::scalars && site.group == "tp") expected += site.bytes();
-  EXPECT_EQ(traffic(c, 0).at("tp"), expected);
+TEST(Traffic, TensorParallelOfATwoLayerLlamaIsMegatronSpsVolumeByHand) {
+  // tp 2 over the whole world, one micro-batch of B = 2 sequences of S = 32 tokens, hidden D = 64,
+  // vocabulary 1000, fp32, 2 layers, no biases. Megatron-SP moves an activation [B, S, D] between
+  // its sequence half and the whole sequence by an all-gather or a reduce-scatter that sends
+  // (t-1)/t of it from each rank: B·S·D/2 = 2048 floats = 8192 B. Per step:
+  //   embedding    reduce-scatter of the lookup | all-gather of its grad          2 × 8192
+  //   each layer   attention's input gathered, linear_proj's output scattered, the MLP's
+  //                input gathered, linear_fc2's output scattered | each one's dual  8 × 8192
+  //   head         the final norm's output gathered | its grad scattered            2 × 8192
+  //   loss         the vocabulary halves agree on the 64 tokens' row maxima, then on their
+  //                (Σexp, target logit): all-reduces of 64 and 128 floats, small enough to be
+  //                gathered ((t-1)·n each)                                       (64 + 128) × 4
+  //   grads        of the parameters whole on both ranks, the five RMSNorm weights of 64
+  //                (two per layer, the final one), all-reduced                   5 × 64 × 4
+  // The step's loss and grad-norm scalars are not counted here (they are the world's).
+  const auto c = load(tiny_yaml(), 2, {"parallelism.tensor_parallel=2", "training.global_batch_size=2",
+                                       "model.num_hidden_layers=2"});
+  ASSERT_EQ(c.resolved->layout.num_accumulation_steps, 1);
+  const int64_t activation = 2 * 32 * 64 / 2 * 4;
+  EXPECT_EQ(activation, 8192);
+  EXPECT_EQ(traffic(c, 0).at("tp"), (2 + 2 * 8 + 2) * activation + (64 + 128) * 4 + 5 * 64 * 4);
+  EXPECT_EQ(traffic(c, 1).at("tp"), traffic(c, 0).at("tp"));
 }
 
 TEST(Traffic, PipelineSendsActivationsForwardAndGradsBack) {

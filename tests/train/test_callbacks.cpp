@@ -2,7 +2,10 @@
 // the registered names. (spec configuration.md "callbacks".)
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -59,8 +62,31 @@ TEST(Callbacks, UserCallbacksAreBuiltFromTheConfigAndCalled) {
   }
 }
 
+namespace {
+
+// ‖g‖₂ of a parameter's grad as this process holds it, summed in double here.
+double grad_norm_of(train::Trainer& t, const std::string& name) {
+  const nn::Parameter* p = t.model().module().find_parameter(name);
+  EXPECT_NE(p, nullptr) << name;
+  if (!p || !p->tensor.grad().defined()) return -1;
+  double sum = 0;
+  for (double v : p->tensor.grad().contiguous().to_double_vector()) sum += v * v;
+  return std::sqrt(sum);
+}
+
+std::vector<nlohmann::json> metric_lines(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+}  // namespace
+
 TEST(Callbacks, MonitorWritesLocalLossAndSelectedParameterNorms) {
-  // monitor.train_state.local_loss / local_norm (spec configuration.md "monitor").
+  // monitor.train_state.local_loss / local_norm (spec configuration.md "monitor"): the norm of
+  // each selected parameter's grad after clipping. The last step's grads are still held when
+  // train() returns, so its logged norms must be theirs.
   lt::TempDir dir;
   auto data = lt::write_pattern_dataset(dir);
   const std::string monitor =
@@ -69,14 +95,48 @@ TEST(Callbacks, MonitorWritesLocalLossAndSelectedParameterNorms) {
   train::Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 2, 2, 2, monitor)),
                    lt::quiet_options(dir.file("run")));
   t.train();
-  std::ifstream in(dir.file("run/metrics.jsonl"));
-  std::string line;
-  std::getline(in, line);
-  auto j = nlohmann::json::parse(line);
-  EXPECT_EQ(j["local_loss/dp_0"], j["loss"]);  // one process: the only data-parallel rank
-  EXPECT_GT(j["local_norm/decoder.final_layernorm.weight"].get<double>(), 0.0);
-  EXPECT_GT(j["local_norm/output_layer.weight"].get<double>(), 0.0);
-  EXPECT_FALSE(j.contains("local_norm/embedding.word_embeddings.weight"));
+  const auto lines = metric_lines(dir.file("run/metrics.jsonl"));
+  ASSERT_EQ(lines.size(), 2u);
+  const nlohmann::json& last = lines.back();
+  EXPECT_EQ(last["local_loss/dp_0"], last["loss"]);  // one process: the only data-parallel rank
+  for (const std::string name : {"decoder.final_layernorm.weight", "output_layer.weight"}) {
+    const double want = grad_norm_of(t, name);
+    EXPECT_GT(want, 1e-4) << name;  // a grad that is there, so the comparison means something
+    EXPECT_NEAR(last["local_norm/" + name].get<double>(), want, 1e-6 * want) << name;
+  }
+  EXPECT_FALSE(last.contains("local_norm/embedding.word_embeddings.weight"));
+}
+
+TEST(Callbacks, LocalNormsOfEveryParameterMakeUpTheClippedGlobalNorm) {
+  // local_norm: True logs every parameter. Clipping scales every grad by max_norm / (norm + 1e-6)
+  // when that is below 1 (MindFormers' clip_grad_norm), so on one process the per-parameter norms
+  // must add up, in squares, to the logged pre-clip grad_norm times that factor, at every step.
+  lt::TempDir dir;
+  auto data = lt::write_pattern_dataset(dir);
+  const std::string monitor =
+      "checkpoint:\n  enable_save: False\nmonitor:\n  train_state:\n    local_norm: True\n";
+  train::Trainer t(lt::tiny_config(lt::tiny_config_yaml(data, 3, 2, 2, monitor), {"training.max_norm=0.5"}),
+                   lt::quiet_options(dir.file("run")));
+  t.train();
+  const size_t parameters = t.model().module().named_parameters().size();
+  const auto lines = metric_lines(dir.file("run/metrics.jsonl"));
+  ASSERT_EQ(lines.size(), 3u);
+  int clipped = 0;
+  for (const nlohmann::json& line : lines) {
+    double squares = 0;
+    size_t logged = 0;
+    for (const auto& [key, value] : line.items())
+      if (key.rfind("local_norm/", 0) == 0) {
+        squares += value.get<double>() * value.get<double>();
+        ++logged;
+      }
+    EXPECT_EQ(logged, parameters) << "step " << line["step"];
+    const double norm = line["grad_norm"].get<double>();
+    const double clip = std::min(1.0, 0.5 / (norm + 1e-6));
+    clipped += clip < 1.0;
+    EXPECT_NEAR(std::sqrt(squares), norm * clip, 1e-6 * norm) << "step " << line["step"];
+  }
+  EXPECT_GT(clipped, 0) << "no step was clipped: the check would not see the clip factor";
 }
 
 TEST(Callbacks, LoraConfigIsRejectedClearly) {

@@ -352,9 +352,14 @@ void check_step(const Json& section, int cp, int tp, bool load_balanced, bool pa
     EXPECT_NEAR(aux, ref_aux, 1e-6 * std::fabs(ref_aux));
   }
   for (auto& [name, p] : split.model->named_parameters()) {
-    // FSDP holds rows of each grad; the whole grad is the one-process grad's pieces.
+    // FSDP holds rows of each grad; the whole grad is the one-process grad's pieces. The q/k
+    // norms' weight grads sum signed terms over every token that nearly cancel (norms of 1e-6 to
+    // 1e-5 from terms of 1e-3), so the block merge's last-bit differences reach them amplified:
+    // measured up to 3.3e-5 relative at cp 4, against below 1e-6 for the other weights.
     const Tensor& ref = plain.model->find_parameter(name)->tensor.grad();
-    expect_close(p->local().grad(), local_of(ref, *p), 2e-5, name + " grad");
+    const bool cancelling =
+        name.find("self_attention") != std::string::npos && name.find("_layernorm") != std::string::npos;
+    expect_close(p->local().grad(), local_of(ref, *p), cancelling ? 5e-5 : 2e-5, name + " grad");
   }
   testing::expect_grad_norm_matches(*plain.model, *split.model, *parallel, *mesh);
 }
