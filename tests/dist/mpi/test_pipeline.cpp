@@ -3,8 +3,8 @@
 // global names; one step of 1F1B or interleaved 1F1B over m micro-batches gives the one-process
 // loss (logged by every rank) and, on every parameter a rank holds, the one-process grad (the
 // tied or MTP-shared embedding summed over the first and last stage), and the grad norm summed
-// over the stages. Run at 2, 3 and 4 ranks: pp 2/3/4, uneven layer lists, v 2 and 3, pp × fsdp,
-// pp × tp, tied embeddings, DeepSeek-V3 with MTP, GPipe, backward/forward overlap (alone, with
+// over the stages. Run at 2, 3, 4 and 8 ranks: pp 2/3/4, uneven layer lists, v 2 and 3, pp × fsdp,
+// pp × tp, pp × tp × fsdp, tied embeddings, DeepSeek-V3 with MTP, GPipe, backward/forward overlap (alone, with
 // overlap_p2p and v 2, at pp 2 × ep 2), bf16 compute (the cuts' grads in bf16, as on one process),
 // and FSDP's one reduction per step. The eval mode's
 // forward-only schedule gives the train mode's loss of the same micro-batches and no grads.
@@ -235,6 +235,14 @@ TEST(PipelineMpi, FourRanksMatchOneProcess) {
   check_step({"pp2 x tp2", llama(2, true), 2, 2, {{0, 0}, {1, 1}}, 4});
   check_step({"pp2 x tp2 deepseek-v3", deepseek_v3(), 2, 2, {{0, 0}, {1, 1}}, 2});
   check_step({"pp2 x ep2 deepseek-v3 overlap_b_f", deepseek_v3(4), 2, 1, {{0, 1}, {2, 3}}, 4, false, true, 2});
+}
+
+TEST(PipelineMpi, EightRanksOfThreeAxesMatchOneProcess) {
+  // Every axis of a production layout at once: each stage's layers split over tp 2 and sharded over
+  // fsdp 2, the tied embedding's grad summed over the first and last stage across both, each
+  // data-parallel rank its own micro-batches.
+  if (Runtime::get()->world_size() != 8) GTEST_SKIP() << "needs 8 ranks";
+  check_step({"pp2 x tp2 x fsdp2", llama(4, true), 2, 2, {{0, 1}, {2, 3}}, 2});
 }
 
 }  // namespace
