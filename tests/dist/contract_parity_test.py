@@ -10,7 +10,8 @@ training.deterministic, the same seed and data; one process is the reference):
 
   exclude_op  recompute.exclude_op [AllGather, ReduceScatter, AllToAll, AllReduce] under full
               recompute at tp 2 (Llama) and ep 2 (DeepSeek-V3 MoE): the loss curve of full recompute
-              without it, bit for bit, and --rank-report shows the layers' collectives in backward
+              without it, bit for bit (and one process's, step 1 within 1e-6 relative, 20 steps
+              within 1e-5), and --rank-report shows the layers' collectives in backward
               (calls and bytes) equal to those without any recompute: no kept operator is re-issued.
 
   monitoring  monitor.train_state and the MaxLogitsMonitor under FSDP 2, TP 2, PP 2 and EP 2: every
@@ -25,57 +26,79 @@ import argparse
 import json
 import os
 import subprocess
+import time
 
+# The data writer, the config template, the model sections and the mpirun flags of the layout
+# parity tests; the runs and comparisons below are this driver's own.
 import parity_test as pt
 
 RAMP = "  rampup_batch_size: [4, 4, 16]\n"
+
+
+def train(args, work, name, world, parallel_extra="", model=None, sections="", edit_config=None, report=False):
+    """`loom train` of the parity config at `world` processes: its metrics rows (steps only) and,
+    with report, rank 0's --rank-report of the last step."""
+    config, run_dir = pt.write_config(work, name, parallel_extra=parallel_extra, model=model, sections=sections)
+    if edit_config:
+        with open(config) as f:
+            text = edit_config(f.read())
+        with open(config, "w") as f:
+            f.write(text)
+    cmd = [args.loom, "train", "--config", config, "--output", run_dir] + (["--rank-report"] if report else [])
+    if world > 1:
+        cmd = [args.mpirun, "-np", str(world)] + pt.MPI_FLAGS + cmd
+    t0 = time.time()
+    p = subprocess.run(cmd, env=pt.ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
+    if p.returncode != 0:
+        print(p.stdout)
+        raise SystemExit("FAIL: %s exited with %d" % (name, p.returncode))
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        rows = [row for row in map(json.loads, f) if "eval" not in row and "sample" not in row]
+    print("%-28s %d process(es) %5.1fs  first loss %.9f  last %.9f" % (name, world, time.time() - t0, rows[0]["loss"],
+                                                                         rows[-1]["loss"]))
+    if not report:
+        return rows
+    with open(os.path.join(run_dir, "rank_report", "rank-0.json")) as f:
+        return rows, json.load(f)["layer_collectives_per_step"]
+
+
+def follows(name, got, ref):
+    """A layout against one process: step 1's loss and grad norm within 1e-6 relative (the layout
+    sums in another order), every step's loss within 1e-5 and grad norm within 1e-6 relative."""
+    if len(got) != len(ref):
+        raise SystemExit("FAIL: %s logged %d steps, one process %d" % (name, len(got), len(ref)))
+    worst = max(abs(g["loss"] - r["loss"]) for g, r in zip(got, ref))
+    worst_norm = max(abs(g["grad_norm"] - r["grad_norm"]) / r["grad_norm"] for g, r in zip(got, ref))
+    if abs(got[0]["loss"] - ref[0]["loss"]) > 1e-6 * abs(ref[0]["loss"]) or worst > 1e-5 or worst_norm > 1e-6:
+        raise SystemExit("FAIL: %s: loss within %.3g, grad norm within %.3g relative of one process" % (
+            name, worst, worst_norm))
+    print("  %-40s follows one process: loss within %.3g, grad norm within %.3g relative" % (name, worst, worst_norm))
 
 
 def ramped(text):
     return text.replace("  global_batch_size: 8\n", "  global_batch_size: 8\n" + RAMP)
 
 
-def logged_batches(run_dir):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        rows = [json.loads(line) for line in f]
-    return [r["global_batch_size"] for r in rows if "eval" not in r]
+def logs_the_ramp(name, rows, expected):
+    if [row["global_batch_size"] for row in rows] != expected:
+        raise SystemExit("FAIL: %s logged global batches %s, not the ramp's %s" % (
+            name, [row["global_batch_size"] for row in rows], expected))
 
 
 def rampup(args, work):
     # Megatron's closed form: 16 / ((8 - 4) / 4) = 16 samples per increment, so the steps that start
     # at 0, 4, 8 and 12 consumed samples run 4 samples, and every later one 8.
     expected = [4] * 4 + [8] * (pt.STEPS - 4)
-    ref, ref_dir = pt.run(args, work, "ramp_one_process", 1, model=pt.LLAMA_PP, edit_config=ramped)
-    if logged_batches(ref_dir) != expected:
-        raise SystemExit("FAIL: one process logged global batches %s, not the ramp's %s" % (logged_batches(ref_dir),
-                                                                                           expected))
-    for name, world, extra in (("ramp_fsdp2", 2, ""), ("ramp_pp2", 2, "\n  pipeline_parallel: 2")):
-        got, run_dir = pt.run(args, work, name, world, parallel_extra=extra, model=pt.LLAMA_PP, edit_config=ramped)
-        if logged_batches(run_dir) != expected:
-            raise SystemExit("FAIL: %s logged global batches %s" % (name, logged_batches(run_dir)))
-        pt.compare_step1_and_curve(name, got, ref, "ramp_one_process")
-    moe_ref, _ = pt.run(args, work, "ramp_moe_one_process", 1, model=pt.DEEPSEEK, edit_config=ramped)
-    got, _ = pt.run(args, work, "ramp_moe_fsdp2", 2, model=pt.DEEPSEEK, edit_config=ramped)
-    pt.compare_step1_and_curve("ramp_moe_fsdp2", got, moe_ref, "ramp_moe_one_process", "MoE/MLA/MTP fsdp2 ramped")
-
-
-def run_reported(args, work, name, world, parallel_extra, model, sections):
-    """pt.run with --rank-report: the losses and rank 0's report of the last step."""
-    config, run_dir = pt.write_config(work, name, parallel_extra=parallel_extra, model=model, sections=sections)
-    cmd = [args.mpirun, "-np", str(world)] + pt.MPI_FLAGS + [args.loom, "train", "--config", config, "--output",
-                                                             run_dir, "--rank-report"]
-    p = subprocess.run(cmd, env=pt.ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
-    if p.returncode != 0:
-        print(p.stdout)
-        raise SystemExit("FAIL: %s exited with %d" % (name, p.returncode))
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        losses = [json.loads(line)["loss"] for line in f]
-    with open(os.path.join(run_dir, "rank_report", "rank-0.json")) as f:
-        report = json.load(f)["layer_collectives_per_step"]
-    print("%-28s backward %3d collectives, %8d bytes  forward %3d, %8d bytes" % (
-        name, report["backward"]["calls"], report["backward"]["bytes_sent"], report["forward"]["calls"],
-        report["forward"]["bytes_sent"]))
-    return losses, report
+    for prefix, model, layouts in (("ramp", pt.LLAMA_PP, (("fsdp2", ""), ("pp2", "\n  pipeline_parallel: 2"))),
+                                   ("ramp_moe", pt.DEEPSEEK, (("fsdp2", ""),))):
+        ref = train(args, work, prefix + "_one_process", 1, model=model, edit_config=ramped)
+        logs_the_ramp(prefix + "_one_process", ref, expected)
+        for layout, extra in layouts:
+            name = "%s_%s" % (prefix, layout)
+            got = train(args, work, name, 2, extra, model, edit_config=ramped)
+            logs_the_ramp(name, got, expected)
+            follows(name, got, ref)
+    print("  every layout logged the ramp's global batches %s" % expected)
 
 
 def exclude_op(args, work):
@@ -83,12 +106,21 @@ def exclude_op(args, work):
     kept = "  exclude_op: [AllGather, ReduceScatter, AllToAll, AllReduce]\n"
     for layout, extra, model, layers in (("tp2", "\n  tensor_parallel: 2", pt.LLAMA, 3),
                                          ("ep2", "\n  expert_parallel: 2", pt.DEEPSEEK, 2)):
-        _, plain = run_reported(args, work, layout + "_no_recompute", 2, extra, model, "")
-        recomputed, again = run_reported(args, work, layout + "_full", 2, extra, model, full % (layers - 1))
-        excluded, report = run_reported(args, work, layout + "_full_exclude", 2, extra, model,
-                                        full % (layers - 1) + kept)
-        if excluded != recomputed:
+        ref = train(args, work, layout + "_one_process", 1, model=model)
+        _, plain = train(args, work, layout + "_no_recompute", 2, extra, model, report=True)
+        recomputed, again = train(args, work, layout + "_full", 2, extra, model, full % (layers - 1), report=True)
+        excluded, report = train(args, work, layout + "_full_exclude", 2, extra, model, full % (layers - 1) + kept,
+                                 report=True)
+        for name, r in ((layout + "_no_recompute", plain), (layout + "_full", again),
+                        (layout + "_full_exclude", report)):
+            print("  %-40s backward %3d collectives, %8d bytes; forward %3d, %8d bytes" % (
+                name, r["backward"]["calls"], r["backward"]["bytes_sent"], r["forward"]["calls"],
+                r["forward"]["bytes_sent"]))
+        def curve(rows):
+            return [(row["loss"], row["grad_norm"]) for row in rows]
+        if curve(excluded) != curve(recomputed):
             raise SystemExit("FAIL: %s: exclude_op changed the loss curve" % layout)
+        follows(layout + "_full_exclude", excluded, ref)
         if again["backward"]["calls"] <= plain["backward"]["calls"]:
             raise SystemExit("FAIL: %s: full recompute re-issued no collective in backward" % layout)
         if report["backward"] != plain["backward"] or report["forward"] != plain["forward"]:
@@ -110,11 +142,6 @@ callbacks:
 """
 
 
-def metric_rows(run_dir):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [row for row in map(json.loads, f) if "eval" not in row]
-
-
 def compare_figures(name, got, ref, prefix):
     """Every `prefix` figure of every step against one process's: step 1 within 1e-6 relative,
     every step within 1e-4 relative (the runs' weights part in the last bits)."""
@@ -130,16 +157,16 @@ def compare_figures(name, got, ref, prefix):
 
 
 def monitoring(args, work):
+    references = {}
     for layout, world, extra, model in (("fsdp2", 2, "", pt.LLAMA_PP),
                                         ("tp2", 2, "\n  tensor_parallel: 2", pt.LLAMA_PP),
                                         ("pp2", 2, "\n  pipeline_parallel: 2", pt.LLAMA_PP),
                                         ("ep2", 2, "\n  expert_parallel: 2", pt.DEEPSEEK)):
         ref_name = "monitor_one_process_" + ("moe" if model is pt.DEEPSEEK else "llama")
-        ref_dir = os.path.join(work, ref_name)
-        if not os.path.exists(ref_dir):
-            pt.run(args, work, ref_name, 1, model=model, sections=MONITOR)
-        _, run_dir = pt.run(args, work, "monitor_" + layout, world, parallel_extra=extra, model=model, sections=MONITOR)
-        got, ref = metric_rows(run_dir), metric_rows(ref_dir)
+        if ref_name not in references:
+            references[ref_name] = train(args, work, ref_name, 1, model=model, sections=MONITOR)
+        ref = references[ref_name]
+        got = train(args, work, "monitor_" + layout, world, extra, model, MONITOR)
         compare_figures(layout, got, ref, "local_norm/")
         compare_figures(layout, got, ref, "max_attention_logit/")
         shards = 1 if layout in ("tp2", "pp2") else 2
