@@ -33,6 +33,8 @@ int run_loom(const std::vector<std::string>& args, const std::string& log) {
     argv.push_back(nullptr);
     setenv("LOOM_NUM_THREADS", "1", 1);
     setenv("LOOM_MEMORY_LIMIT", "1G", 1);
+    // As a user runs the repository's files: relative paths in them start at its root.
+    if (chdir(LOOM_SOURCE_DIR) != 0) _exit(125);
     execv(kLoom.c_str(), argv.data());
     _exit(127);
   }
@@ -84,9 +86,10 @@ TEST(ConfigVerdicts, CheckConfigAndATrainStepAgreeOnEveryRepositoryYaml) {
                                          << "--- train (exit " << train_rc << ")\n" << slurp(dir.file("train.log"));
     if (train_rc == 0) runnable.push_back(fs::path(file).filename().string());
   }
-  // The small configurations (the demo, the throughput sizes) do train: the agreement is not only
-  // on refusals.
-  EXPECT_GE(runnable.size(), 3u);
+  // Small configurations do train: the agreement is not only on refusals (the demo also trains
+  // where scripts/get-demo-data.sh fetched its data).
+  for (const char* name : {"size_a.yaml", "reference_defaults.yaml"})
+    EXPECT_NE(std::find(runnable.begin(), runnable.end(), name), runnable.end()) << name;
   std::string names;
   for (const std::string& name : runnable) names += " " + name;
   std::printf("trained one step:%s\n", names.c_str());
