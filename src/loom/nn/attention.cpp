@@ -1,8 +1,32 @@
 #include "loom/nn/attention.h"
 
+#include "loom/ops/attention.h"
 #include "loom/ops/shape.h"
 
 namespace loom::nn {
+
+KVCacheSlot& AttentionLayer::store(const Tensor& keys, const Tensor& values) {
+  KVCacheSlot& s = cache_->slot(slot_);
+  const int64_t B = keys.size(0), S = keys.size(1), start = cache_->length();
+  LOOM_CHECK(B == cache_->batch() && start + S <= cache_->capacity(), ShapeError, "KV cache: ", B, " rows of ", S,
+             " positions from ", start, " do not fit a cache of ", cache_->batch(), " rows and ", cache_->capacity(),
+             " positions");
+  auto put = [&](Tensor& slot, const Tensor& x) {
+    if (!slot.defined()) slot = Tensor::empty({B, cache_->capacity(), x.size(2), x.size(3)}, x.dtype());
+    slot.narrow(1, start, S).copy_(x);
+  };
+  put(s.keys, keys);
+  if (values.defined()) put(s.values, values);
+  return s;
+}
+
+Tensor AttentionLayer::cached_attention(const Tensor& q, const Tensor& keys, const Tensor& values) const {
+  ops::AttentionOptions opt;
+  opt.softmax_scale = core_attention_->options().softmax_scale;
+  opt.q_offset = cache_->length();
+  opt.doc_ends = cache_->doc_ends(keys.size(1));
+  return ops::attention(q, keys, values, opt);
+}
 
 Tensor split_heads(const Tensor& projected, int64_t head_width, const char* what) {
   LOOM_CHECK(projected.dim() == 3, ShapeError, "attention: ", what, " output ", projected.shape().str(),
@@ -45,7 +69,14 @@ Tensor SelfAttention::forward(const Tensor& x, const Tensor& position_ids, const
     }
     q = rotary_->apply(q, in[1], interleaved_);
     k = rotary_->apply(k, in[1], interleaved_);
-    Tensor o = core_attention_->forward(q, k, v, in[2]);
+    Tensor o;
+    if (cache_) {
+      KVCacheSlot& s = store(k, v);
+      const int64_t seen = cache_->length() + q.size(1);
+      o = cached_attention(q, s.keys.narrow(1, 0, seen), s.values.narrow(1, 0, seen));
+    } else {
+      o = core_attention_->forward(q, k, v, in[2]);
+    }
     return std::vector<Tensor>{linear_proj_->forward(ops::flatten(o, 2))};
   })[0];
 }

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "loom/nn/core_attention.h"
+#include "loom/nn/kv_cache.h"
 #include "loom/nn/linear.h"
 #include "loom/nn/norm.h"
 #include "loom/nn/rotary.h"
@@ -26,9 +27,25 @@ class AttentionLayer : public Module {
   // Between the projections and linear_proj: where context parallelism attaches and where the
   // QK-clip max logits are tracked.
   CoreAttention& core_attention() { return *core_attention_; }
+  // Generation (kv_cache.h): while attached, a forward of S positions writes their keys (and
+  // values) into `cache`'s slot `slot` at positions [length, length + S) and attends over
+  // [0, length + S) of it, under the cache's padding mask. nullptr detaches.
+  void attach_cache(KVCache* cache, size_t slot) {
+    cache_ = cache;
+    slot_ = slot;
+  }
 
  protected:
+  // The cache's slot with `keys` (and `values`, when defined) written at the forward's positions;
+  // its tensors are allocated on first use with the new positions' trailing dims and dtype.
+  KVCacheSlot& store(const Tensor& keys, const Tensor& values);
+  // softmax(scale·q·kᵀ)·v of the new queries q [B, S, H, d] against the cache's first
+  // length + S keys and values (views of the slot), causal from position `length`.
+  Tensor cached_attention(const Tensor& q, const Tensor& keys, const Tensor& values) const;
+
   std::shared_ptr<CoreAttention> core_attention_;
+  KVCache* cache_ = nullptr;
+  size_t slot_ = 0;
 };
 
 // projected [B, S, heads·head_width] → [B, S, heads, head_width]; `what` names the projection for

@@ -131,6 +131,11 @@ void CausalLM::set_track_max_logits(bool on) {
   for (AttentionLayer* a : attention_layers()) a->core_attention().set_track_max_logits(on);
 }
 
+void CausalLM::attach_cache(KVCache* cache) {
+  const std::vector<AttentionLayer*> layers = attention_layers();
+  for (size_t i = 0; i < layers.size(); ++i) layers[i]->attach_cache(cache, i);
+}
+
 void CausalLM::update_expert_biases() {
   for (MoELayer* m : moe_layers()) {
     if (m->router().has_expert_bias()) m->router().update_expert_bias(m->router().tokens_per_expert());

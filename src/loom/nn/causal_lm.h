@@ -128,6 +128,9 @@ class CausalLM : public Module {
   double auxiliary_loss_grad_scale() const { return aux_grad_scale_; }
   // Every core attention tracks its per-head max logits (QK-clip) while on.
   void set_track_max_logits(bool on);
+  // Generation: every attention layer (decoder, then MTP) reads and extends `cache`, slot i for
+  // attention_layers()[i] (kv_cache.h); nullptr detaches.
+  void attach_cache(KVCache* cache);
   // Replaces the heads' loss (default: ops::linear_cross_entropy over the whole vocabulary). A
   // strategy that splits the head over ranks (tensor parallelism) installs its own from outside.
   void set_head_loss(HeadLoss loss) { head_loss_ = std::move(loss); }

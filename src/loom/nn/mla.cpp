@@ -2,7 +2,9 @@
 
 #include <cmath>
 
+#include "loom/ops/linear.h"
 #include "loom/ops/rope.h"
+#include "loom/ops/weight_cast.h"
 #include "loom/ops/shape.h"
 
 namespace loom::nn {
@@ -65,17 +67,51 @@ Tensor MLASelfAttention::forward(const Tensor& x, const Tensor& position_ids, co
     // rank's piece of the sequence and the latents come back whole.
     const int64_t B = kv_parts[1].size(0), S = kv_parts[1].size(1);
     Tensor k_pe = rotary_->apply(ops::reshape(kv_parts[1], {B, S, 1, rope_}), in[1], interleaved_);
-    Tensor kv = split_heads(linear_kvb_->forward(kv_layernorm_->forward(kv_parts[0])), nope_ + v_dim_, "linear_kvb");
-    LOOM_CHECK(kv.size(2) == heads, ShapeError, "MLA: linear_kvb gives ", kv.size(2), " heads but ",
-               q_lora_rank_ > 0 ? "linear_qb" : "linear_q", " gives ", heads,
-               "; a sharded attention must keep the same heads of both up-projections");
-    auto k_parts = ops::split(kv, {nope_, v_dim_}, 3);
-
-    Tensor q_full = ops::cat({q_parts[0], q_pe}, 3);
-    Tensor k_full = ops::cat({k_parts[0], ops::expand(k_pe, {B, S, heads, rope_})}, 3);
-    Tensor o = core_attention_->forward(q_full, k_full, k_parts[1], in[2]);
+    Tensor latent = kv_layernorm_->forward(kv_parts[0]);
+    Tensor o;
+    if (cache_) {
+      // Generation caches [c; k_pe] only; a prompt's first forward attends as training does, later
+      // positions in the latent space.
+      KVCacheSlot& s = store(ops::cat({ops::reshape(latent, {B, S, 1, kv_lora_rank_}), k_pe}, 3), Tensor());
+      o = cache_->length() == 0 ? attend(q_parts[0], q_pe, latent, k_pe, heads, in[2])
+                                : attend_latent(q_parts[0], q_pe, s.keys.narrow(1, 0, cache_->length() + S));
+    } else {
+      o = attend(q_parts[0], q_pe, latent, k_pe, heads, in[2]);
+    }
     return std::vector<Tensor>{linear_proj_->forward(ops::flatten(o, 2))};
   })[0];
+}
+
+Tensor MLASelfAttention::attend(const Tensor& q_nope, const Tensor& q_pe, const Tensor& latent, const Tensor& k_pe,
+                                int64_t heads, const Tensor& doc_ends) {
+  Tensor kv = split_heads(linear_kvb_->forward(latent), nope_ + v_dim_, "linear_kvb");
+  LOOM_CHECK(kv.size(2) == heads, ShapeError, "MLA: linear_kvb gives ", kv.size(2), " heads but ",
+             q_lora_rank_ > 0 ? "linear_qb" : "linear_q", " gives ", heads,
+             "; a sharded attention must keep the same heads of both up-projections");
+  auto k_parts = ops::split(kv, {nope_, v_dim_}, 3);
+  const int64_t B = k_pe.size(0), S = k_pe.size(1);
+  Tensor q_full = ops::cat({q_nope, q_pe}, 3);
+  Tensor k_full = ops::cat({k_parts[0], ops::expand(k_pe, {B, S, heads, rope_})}, 3);
+  if (cache_) return cached_attention(q_full, k_full, k_parts[1]);
+  return core_attention_->forward(q_full, k_full, k_parts[1], doc_ends);
+}
+
+Tensor MLASelfAttention::attend_latent(const Tensor& q_nope, const Tensor& q_pe, const Tensor& cached) {
+  // linear_kvb's rows are, per head, dn rows of k_nope then dv rows of v: W_uk [H, dn, c] and
+  // W_uv [H, dv, c]. q_nope·k_nope = (W_ukᵀ q_nope)·c, and o = W_uv (softmax · c): attention over
+  // the cached latents with one shared key [c; k_pe] per position, MQA with head dim c + dr.
+  const int64_t B = q_nope.size(0), S = q_nope.size(1), H = q_nope.size(2), c = kv_lora_rank_;
+  const Tensor w = ops::reshape(ops::cast_weight(linear_kvb_->weight().tensor, q_nope.dtype()), {H, nope_ + v_dim_, c});
+  const auto w_split = ops::split(w, {nope_, v_dim_}, 1);
+  const Tensor w_parts[2] = {w_split[0].contiguous(), w_split[1].contiguous()};
+  // [B, S, H, dn] -> [H, B·S, dn] · [H, dn, c] -> [B, S, H, c]
+  const Tensor q_heads = ops::reshape(ops::permute(q_nope, {2, 0, 1, 3}), {H, B * S, nope_});
+  const Tensor q_latent = ops::permute(ops::reshape(ops::bmm(q_heads, w_parts[0]), {H, B, S, c}), {1, 2, 0, 3});
+  const Tensor query = ops::cat({q_latent, q_pe}, 3);
+  const Tensor o_latent = cached_attention(query, cached, cached.narrow(3, 0, c));  // [B, S, H, c]
+  // [B, S, H, c] -> [H, B·S, c] · [H, c, dv] -> [B, S, H, dv]
+  const Tensor o_heads = ops::reshape(ops::permute(o_latent, {2, 0, 1, 3}), {H, B * S, c});
+  return ops::permute(ops::reshape(ops::bmm(o_heads, w_parts[1], false, true), {H, B, S, v_dim_}), {1, 2, 0, 3});
 }
 
 }  // namespace loom::nn
