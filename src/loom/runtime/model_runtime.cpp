@@ -36,6 +36,15 @@ ModelRuntime::ModelRuntime(const config::TrainConfig& config, const config::Reso
     schedule_ = std::make_unique<PlainSchedule>(*model_, *parallel_, micro_batches_);
 }
 
+ModelRuntime::ModelRuntime(const models::ModelArgs& args, Backend& backend) : backend_(&backend) {
+  LOOM_CHECK(backend.world_size() == 1, ValueError, "ModelRuntime: a whole model runs on one process, but the "
+             "backend's world has ", backend.world_size());
+  mesh_ = dist::DeviceMesh::single();
+  model_ = build_causal_lm(args);
+  parallel_ = dist::parallelize(model_->module(), mesh_, {});
+  schedule_ = std::make_unique<PlainSchedule>(*model_, *parallel_, 1);
+}
+
 std::unique_ptr<ModelRuntime> ModelRuntime::for_planning(const config::TrainConfig& config,
                                                          const config::ResolvedConfig& resolved,
                                                          std::shared_ptr<dist::DeviceMesh> mesh) {

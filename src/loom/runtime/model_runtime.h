@@ -42,6 +42,9 @@ class ModelRuntime {
   // Builds and parallelizes the model of `resolved` (which must be resolved for
   // backend.world_size() ranks) on `backend`; its weights are not set yet.
   ModelRuntime(const config::TrainConfig& config, const config::ResolvedConfig& resolved, Backend& backend);
+  // The model of `args` whole on this process (generation, conversion): no strategy, a plain
+  // schedule of one micro-batch.
+  ModelRuntime(const models::ModelArgs& args, Backend& backend);
   // The parameter placement of one rank of `mesh`'s layout (see above); no backend, no schedule.
   static std::unique_ptr<ModelRuntime> for_planning(const config::TrainConfig& config,
                                                     const config::ResolvedConfig& resolved,
