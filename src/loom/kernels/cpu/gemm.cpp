@@ -5,6 +5,7 @@
 #include "loom/core/parallel.h"
 #include "loom/kernels/cpu/cpu_isa.h"
 #include "loom/kernels/cpu/onednn_gemm.h"
+#include "loom/kernels/cpu/skinny_gemm.h"
 #include "loom/kernels/cpu/vec.h"
 
 namespace loom::kernels::cpu {
@@ -121,6 +122,10 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& 
              DTypeError, "gemm: output dtype ", dtype_name(c.dtype()), " cannot hold a product of ",
              dtype_name(a.dtype()), " operands (use the same dtype, or float32 for bf16/f16)");
   if (m == 0 || n == 0) return;
+  if (k > 0 && skinny_gemm_applies(a, trans_a, b, trans_b, c)) {
+    skinny_gemm(a, b, c, alpha, beta, *skinny_kernel());
+    return;
+  }
   if (k > 0 && on_onednn(a.dtype(), m, n, k) && positive_strides(a) && positive_strides(b) && positive_strides(c)) {
     onednn_gemm(a, trans_a, b, trans_b, c, alpha, beta);
     return;
