@@ -285,3 +285,17 @@ TEST(HfTokenizer, UnknownCharactersBecomeTheUnknownToken) {
     }
   }
 }
+
+// What a model generated decodes even when it holds ids past the tokenizer (a model's padded
+// vocabulary): those read "<id:N>", the rest as decode() reads them, special tokens skipped.
+TEST(HfTokenizer, GeneratedIdsPastTheVocabularyAreNamed) {
+  auto t = load_tokenizer(LOOM_FIXTURES_DIR "/data/tokenizers/byte_fallback");
+  const std::vector<int64_t> hello = t->encode("hello", false), world = t->encode(" world", false);
+  std::vector<int64_t> ids = hello;
+  ids.push_back(t->vocab_size() + 5);
+  ids.insert(ids.end(), world.begin(), world.end());
+  ids.push_back(t->eos_id());
+  // (This tokenizer's pre-tokenizer removes whitespace: "hello world" encodes as helloworld.)
+  EXPECT_EQ(t->decode_generated(ids), "hello<id:" + std::to_string(t->vocab_size() + 5) + ">world");
+  EXPECT_THROW(t->decode(ids), loom::DataError);
+}

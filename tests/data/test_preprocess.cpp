@@ -63,6 +63,18 @@ PreprocessOptions preprocess_options(const std::string& out, int64_t workers, bo
 
 }  // namespace
 
+// A continuation decoded after its prompt keeps the space SentencePiece drops at a text's start:
+// the prompt's text plus the continuation's is the whole sequence's text.
+TEST(Tokenizer, GeneratedTextAfterAPromptKeepsItsLeadingSpace) {
+  const auto t = load_tokenizer(tiny_model());
+  const auto prompt = t->encode("The red train", false), rest = t->encode(" watched the harbour", false);
+  std::vector<int64_t> all = prompt;
+  all.insert(all.end(), rest.begin(), rest.end());
+  EXPECT_EQ(t->decode_generated(rest), "watched the harbour");  // alone: the leading space goes
+  EXPECT_EQ(t->decode_generated(rest, prompt), " watched the harbour");
+  EXPECT_EQ(t->decode(prompt) + t->decode_generated(rest, prompt), t->decode(all));
+}
+
 TEST(Tokenizer, SpecialIdsAndRoundTrip) {
   const auto loaded = load_tokenizer(tiny_model());
   const Tokenizer& t = *loaded;

@@ -1,5 +1,6 @@
 #include "loom/data/tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -18,6 +19,39 @@ Tokenizer::~Tokenizer() = default;
 
 std::vector<int64_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
   return encode_with_spans(text, add_special_tokens).ids;
+}
+
+namespace {
+
+// The known ids decode together (a decoder's rules, such as a word's leading space, read the
+// context); each unknown id's mark goes where the text decoded before it ends.
+std::string decode_marking_unknown(const Tokenizer& t, const std::vector<int64_t>& ids) {
+  std::vector<int64_t> known;
+  std::vector<std::pair<size_t, int64_t>> marks;
+  for (int64_t id : ids) {
+    if (id >= 0 && id < t.vocab_size()) known.push_back(id);
+    else marks.emplace_back(t.decode(known, true).size(), id);
+  }
+  std::string text = t.decode(known, true);
+  for (auto it = marks.rbegin(); it != marks.rend(); ++it)
+    text.insert(std::min(it->first, text.size()), "<id:" + std::to_string(it->second) + ">");
+  return text;
+}
+
+}  // namespace
+
+std::string Tokenizer::decode_generated(const std::vector<int64_t>& ids, const std::vector<int64_t>& context) const {
+  // A few tokens of context are enough for every decoder rule that looks across tokens.
+  constexpr size_t kContext = 8;
+  if (context.empty()) return decode_marking_unknown(*this, ids);
+  std::vector<int64_t> joined(context.end() - static_cast<std::ptrdiff_t>(std::min(kContext, context.size())),
+                              context.end());
+  const std::string before = decode_marking_unknown(*this, joined);
+  joined.insert(joined.end(), ids.begin(), ids.end());
+  const std::string text = decode_marking_unknown(*this, joined);
+  // The context's text changes when the ids complete its last character: then apart.
+  if (text.compare(0, before.size(), before) == 0) return text.substr(before.size());
+  return decode_marking_unknown(*this, ids);
 }
 
 void Tokenizer::configure(const TokenizerConfig& config) {

@@ -47,6 +47,12 @@ class Tokenizer {
   virtual std::vector<int64_t> encode(std::string_view text, bool add_special_tokens = true) const;
   // DataError for an id outside the vocabulary; skip_special_tokens drops special tokens.
   virtual std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = false) const = 0;
+  // What a model generated, special tokens skipped: ids the tokenizer does not have (the rows a
+  // model pads its vocabulary with) read "<id:N>" instead of ending the decode with an error.
+  // With `context` (the prompt), the text the ids add after it: decoders read their neighbours
+  // (SentencePiece drops the leading space of a text, so "said" + "▁the" decoded apart loses the
+  // space), so the last few context tokens are decoded with the ids and their own text removed.
+  std::string decode_generated(const std::vector<int64_t>& ids, const std::vector<int64_t>& context = {}) const;
 
   // One past the largest id, special tokens included (the .bin token dtype is chosen by it).
   virtual int64_t vocab_size() const = 0;
