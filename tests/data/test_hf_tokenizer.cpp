@@ -298,4 +298,9 @@ TEST(HfTokenizer, GeneratedIdsPastTheVocabularyAreNamed) {
   // (This tokenizer's pre-tokenizer removes whitespace: "hello world" encodes as helloworld.)
   EXPECT_EQ(t->decode_generated(ids), "hello<id:" + std::to_string(t->vocab_size() + 5) + ">world");
   EXPECT_THROW(t->decode(ids), loom::DataError);
+  // Byte tokens after the mark complete a character its text ended inside of: the mark moves to
+  // the next character boundary, so the text stays UTF-8 ("é" is C3 A9).
+  const int64_t c3 = *t->token_to_id("<0xC3>"), a9 = *t->token_to_id("<0xA9>");
+  EXPECT_EQ(t->decode_generated({c3, t->vocab_size() + 1, a9, c3, a9}),
+            "\xC3\xA9\xC3\xA9<id:" + std::to_string(t->vocab_size() + 1) + ">");
 }

@@ -33,8 +33,13 @@ std::string decode_marking_unknown(const Tokenizer& t, const std::vector<int64_t
     else marks.emplace_back(t.decode(known, true).size(), id);
   }
   std::string text = t.decode(known, true);
-  for (auto it = marks.rbegin(); it != marks.rend(); ++it)
-    text.insert(std::min(it->first, text.size()), "<id:" + std::to_string(it->second) + ">");
+  for (auto it = marks.rbegin(); it != marks.rend(); ++it) {
+    // The ids after a mark can change the text before it (a byte-fallback run completes a
+    // character): the mark goes at the next character boundary, never inside one.
+    size_t at = std::min(it->first, text.size());
+    while (at < text.size() && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) ++at;
+    text.insert(at, "<id:" + std::to_string(it->second) + ">");
+  }
   return text;
 }
 
