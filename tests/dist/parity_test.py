@@ -40,7 +40,10 @@ next step, and a layout flag must show its effect in --rank-report (memory, traf
            documents), PP (and interleaved), EP and TP x PP: the validation losses of one process within
            1e-6; `loom eval` under `loom launch` gives a checkpoint's logged validation loss.
 
-usage: parity_test.py --loom PATH --mpirun PATH --case curves|resume|launch|moe|tensor|muon|context|expert|deredundancy|pipeline|evaluation [--keep DIR]
+  sampling  samples while training under FSDP, HSDP, TP, PP, TP x PP, CP and EP: one process's greedy
+           continuations, token for token.
+
+usage: parity_test.py --loom PATH --mpirun PATH --case curves|resume|launch|moe|tensor|muon|context|expert|deredundancy|pipeline|evaluation|sampling [--keep DIR]
 """
 import argparse
 import json
@@ -57,6 +60,7 @@ STEPS = 20
 GRAD_NORMS = {}  # (run name, step) -> logged grad norm
 REPORTS = {}  # run name -> its --rank-report files, by rank (run(..., report=True))
 VAL_LOSSES = {}  # (run name, step) -> the validation loss logged after that step
+SAMPLES = {}  # (run name, step) -> the completions of the sample prompts logged after that step
 
 CONFIG = """
 training:
@@ -241,6 +245,9 @@ def run(args, work, name, world, shard=-1, steps=STEPS, save=False, load_path=""
             row = json.loads(line)
             if "eval" in row:
                 VAL_LOSSES[(name, row["step"])] = row["val_loss"]
+                continue
+            if "sample" in row:
+                SAMPLES.setdefault((name, row["step"]), []).append(row["completion"])
                 continue
             losses[row["step"]] = row["loss"]
             GRAD_NORMS[(name, row["step"])] = row["grad_norm"]
@@ -947,17 +954,54 @@ def evaluation(args, work):
     print("  %-40s loom eval (4 ranks, tp 2 x fsdp 2) = the run's step-4 validation" % "eval_command")
 
 
+def sampling(args, work):
+    """Samples while training (training.sample_interval) under every layout: the greedy
+    continuations logged after steps 2 and 3 are one process's, token for token. FSDP and HSDP
+    generate with the KV cache on the gathered model; TP, CP, PP and EP re-run the layout's forward
+    over the sequence for every token (runtime::generate_without_cache through Schedule::logits)."""
+    tokenizer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "data", "tokenizers",
+                             "byte_fallback")
+    sample = ("\n  sample_interval: 2\n  sample_prompts: ['hello world', 'a-b']\n  sample_max_new_tokens: 6\n"
+              "  sample_tokenizer: '%s'" % tokenizer)
+
+    def with_samples(text):
+        # The fixture tokenizer has 338 tokens: the model's vocabulary grows to hold them.
+        return text.replace("  deterministic: True", "  deterministic: True" + sample).replace(
+            "vocab_size: 96", "vocab_size: 384")
+
+    plain, moe = LLAMA_PP, DEEPSEEK_TP
+    cp_model = LLAMA + "  use_attn_mask_compression: True\n"
+    refs = {}
+    for ref_name, model in (("sample_one_process", plain), ("sample_moe_one_process", moe),
+                            ("sample_cp_one_process", cp_model)):
+        run(args, work, ref_name, 1, steps=3, model=model, edit_config=with_samples)
+        refs[model] = ref_name
+    layouts = [("sample_fsdp2", 2, -1, "", plain), ("sample_hsdp_2x2", 4, 2, "", plain),
+               ("sample_tp2", 2, -1, "\n  tensor_parallel: 2", plain),
+               ("sample_pp2", 2, -1, "\n  pipeline_parallel: 2", plain),
+               ("sample_tp2_pp2", 4, -1, "\n  tensor_parallel: 2\n  pipeline_parallel: 2", plain),
+               ("sample_cp2", 2, -1, "\n  context_parallel: 2", cp_model),
+               ("sample_ep2", 2, -1, "\n  expert_parallel: 2", moe)]
+    for name, world, shard, extra, model in layouts:
+        run(args, work, name, world, shard, steps=3, parallel_extra=extra, model=model, edit_config=with_samples)
+        for step in (2, 3):
+            got, want = SAMPLES.get((name, step)), SAMPLES.get((refs[model], step))
+            if not want or got != want:
+                raise SystemExit("FAIL: %s samples after step %d: %r, one process %r" % (name, step, got, want))
+        print("  %-40s samples = one process's: %r" % (name, SAMPLES[(name, 3)]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--loom", required=True)
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--case", choices=["curves", "resume", "launch", "moe", "tensor", "muon", "context", "expert",
-                                       "deredundancy", "pipeline", "evaluation"], required=True)
+                                       "deredundancy", "pipeline", "evaluation", "sampling"], required=True)
     ap.add_argument("--keep", default="")
     args = ap.parse_args()
     cases = {"curves": curves, "resume": resume, "launch": launch, "moe": moe, "tensor": tensor, "muon": muon,
              "context": context, "expert": expert, "deredundancy": deredundancy, "pipeline": pipeline,
-             "evaluation": evaluation}
+             "evaluation": evaluation, "sampling": sampling}
     in_work_dir(args.keep, "loom-parity-", lambda work: cases[args.case](args, work))
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Independent TensorBoard event-file reader (TFRecord framing + minimal protobuf decoding).
 Verifies both masked CRC32Cs of every record and prints one JSON object per scalar:
-{"step": N, "tag": "...", "value": x}; the first line is {"file_version": "..."}."""
+{"step": N, "tag": "...", "value": x}, and per text summary {"step": N, "tag": "...", "text": "..."};
+the first line is {"file_version": "..."}."""
 import json
 import struct
 import sys
@@ -73,13 +74,25 @@ def main(path):
                 for sf, sw, sv in fields(v):
                     if sf != 1:
                         continue
-                    tag, value = None, None
+                    tag, value, text, plugin = None, None, None, None
                     for vf, vw, vv in fields(sv):
                         if vf == 1:
                             tag = vv.decode()
                         elif vf == 2:
                             (value,) = struct.unpack("<f", vv)
-                    print(json.dumps({"step": step, "tag": tag, "value": value}))
+                        elif vf == 8:  # TensorProto: dtype 7 (DT_STRING), string_val
+                            parts = {tf: tv for tf, tw, tv in fields(vv)}
+                            assert parts.get(1) == 7, "text tensor of dtype %r" % parts.get(1)
+                            text = parts[8].decode()
+                        elif vf == 9:  # SummaryMetadata.plugin_data.plugin_name
+                            for mf, mw, mv in fields(vv):
+                                if mf == 1:
+                                    plugin = {pf: pv for pf, pw, pv in fields(mv)}.get(1, b"").decode()
+                    if text is not None:
+                        assert plugin == "text", "text summary without the text plugin: %r" % plugin
+                        print(json.dumps({"step": step, "tag": tag, "text": text}))
+                    else:
+                        print(json.dumps({"step": step, "tag": tag, "value": value}))
 
 
 if __name__ == "__main__":

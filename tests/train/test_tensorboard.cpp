@@ -48,3 +48,21 @@ TEST(TensorBoard, EventsParseBackWithIndependentReader) {
             "{\"step\": 1, \"tag\": \"lr\", \"value\": 9.999999747378752e-05}\n"
             "{\"step\": 2, \"tag\": \"loss\", \"value\": 2.25}\n");
 }
+
+// A text summary (the samples a run prints) in the Text tab's format: a DT_STRING tensor with the
+// text plugin's metadata, read back by the independent reader.
+TEST(TensorBoard, TextSummariesParseBackWithIndependentReader) {
+  if (LOOM_PYTHON[0] == '\0' || !std::filesystem::exists(LOOM_PYTHON)) GTEST_SKIP() << "no python3 (LOOM_PYTHON)";
+  loom::testing::TempDir dir;
+  std::string path;
+  {
+    train::TensorBoardWriter w(dir.file("tb"));
+    path = w.path();
+    w.add_text("samples/0", "Once upon a time → there was", 5);
+    w.flush();
+  }
+  std::string out = run(LOOM_PYTHON " " LOOM_SOURCE_DIR "/tests/train/tb_reader.py '" + path + "' 2>&1");
+  EXPECT_EQ(out,
+            "{\"file_version\": \"brain.Event:2\"}\n"
+            "{\"step\": 5, \"tag\": \"samples/0\", \"text\": \"Once upon a time \\u2192 there was\"}\n");
+}

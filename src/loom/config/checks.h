@@ -60,6 +60,11 @@ std::int64_t resolve_seq_length(const models::ModelArgs& model, const data::Mega
 // context.device_target (or --device): the device the run computes on (device_target.cpp).
 Device read_device(const TrainConfig& config, Diagnostics& diag);
 
+// training.sample_*: the prompts a run continues while it trains, tokenized with its
+// sample_tokenizer (loaded here, so check-config refuses what train would) within the model's
+// positions (section_checks.cpp).
+void check_sampling(const TrainConfig& config, const models::ModelArgs& model, Diagnostics& diag);
+
 // training, checkpoint, train_dataset's typed fields, monitor, profiler, callbacks, lora_config
 // and the top-level keys (section_checks.cpp).
 void check_sections(const TrainConfig& config, Diagnostics& diag);

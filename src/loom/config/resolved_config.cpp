@@ -69,6 +69,7 @@ std::optional<ResolvedConfig> resolve(const TrainConfig& c, std::optional<int> w
   LoaderReading loader = read_loader_options(c, diag);
   check_sections(c, diag);
   check_evaluation(c, loader, diag);
+  check_sampling(c, model.args, diag);
   const Device device = read_device(c, diag);
   const std::int64_t seq_length = resolve_seq_length(model.args, loader.options.config, diag);
   ParallelChecks parallel = check_parallelism(c, model.args, loader.options.config, seq_length, diag);

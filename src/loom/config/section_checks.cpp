@@ -7,6 +7,7 @@
 
 #include "loom/config/checks.h"
 #include "loom/config/yaml_scalar.h"
+#include "loom/data/tokenizer/tokenizer.h"
 
 namespace loom::config::detail {
 
@@ -319,6 +320,42 @@ void check_sections(const TrainConfig& config, Diagnostics& diag) {
   check_lora(config, diag);
   check_top_level(config, diag);
   warn_inert_fields(config, diag);
+}
+
+void check_sampling(const TrainConfig& c, const models::ModelArgs& model, Diagnostics& diag) {
+  const TrainingConfig& t = c.training;
+  if (t.sample_interval < 0)
+    diag.error("training.sample_interval", "must be >= 0 (optimizer steps between samples; 0 samples never), got " +
+                                               std::to_string(t.sample_interval));
+  if (t.sample_max_new_tokens < 1)
+    diag.error("training.sample_max_new_tokens", "must be >= 1, got " + std::to_string(t.sample_max_new_tokens));
+  if (t.sample_interval <= 0) return;
+  if (t.sample_prompts.empty())
+    diag.error("training.sample_prompts", "is empty but training.sample_interval is " +
+                                              std::to_string(t.sample_interval) + ": list the prompts to continue");
+  if (t.sample_tokenizer.empty()) {
+    diag.error("training.sample_tokenizer", "is required with training.sample_interval: the tokenizer of the prompts "
+                                            "(a tokenizer.json, a SentencePiece .model or a model folder)");
+    return;
+  }
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  try {
+    tokenizer = data::load_tokenizer(t.sample_tokenizer);
+  } catch (const Error& e) {
+    diag.error("training.sample_tokenizer", e.what());
+    return;
+  }
+  if (model.vocab_size > 0 && tokenizer->vocab_size() > model.vocab_size)
+    diag.error("training.sample_tokenizer", "has " + std::to_string(tokenizer->vocab_size()) +
+                                                " tokens but model.vocab_size is " + std::to_string(model.vocab_size) +
+                                                ": sample with the tokenizer the data was prepared with");
+  for (size_t i = 0; i < t.sample_prompts.size(); ++i) {
+    const size_t n = tokenizer->encode(t.sample_prompts[i]).size();
+    if (model.max_position_embeddings > 0 && static_cast<int64_t>(n) >= model.max_position_embeddings)
+      diag.error(index_path("training.sample_prompts", i), "is " + std::to_string(n) + " tokens, and the model has " +
+                                                               std::to_string(model.max_position_embeddings) +
+                                                               " positions: shorten it");
+  }
 }
 
 }  // namespace loom::config::detail

@@ -96,6 +96,13 @@ struct TrainingConfig {
   // and after the last, on its first eval_iters global batches (-1: the whole split).
   std::int64_t eval_interval = 0;
   std::int64_t eval_iters = 10;
+  // Loom extensions (llm.c prints samples while it trains): every sample_interval steps (0:
+  // never) and after the last, the greedy continuation of each of sample_prompts, tokenized with
+  // sample_tokenizer, sample_max_new_tokens tokens long.
+  std::int64_t sample_interval = 0;
+  std::vector<std::string> sample_prompts;
+  std::int64_t sample_max_new_tokens = 32;
+  std::string sample_tokenizer;
 
   template <class Self, class V>
   static void visit(Self& s, V& v) {
@@ -108,6 +115,10 @@ struct TrainingConfig {
     v("rampup_batch_size", s.rampup_batch_size);
     v("eval_interval", s.eval_interval);
     v("eval_iters", s.eval_iters);
+    v("sample_interval", s.sample_interval);
+    v("sample_prompts", s.sample_prompts);
+    v("sample_max_new_tokens", s.sample_max_new_tokens);
+    v("sample_tokenizer", s.sample_tokenizer);
   }
 };
 

@@ -133,6 +133,24 @@ void MetricsWriter::write(const EvalMetrics& e) {
   }
 }
 
+void MetricsWriter::write(const std::vector<SampleMetrics>& samples) {
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const SampleMetrics& s = samples[i];
+    if (jsonl_.is_open()) {
+      nlohmann::ordered_json j = {{"step", s.step}, {"sample", i}, {"prompt", s.prompt}, {"completion", s.completion}};
+      // A model may emit bytes that are not UTF-8 by themselves: kept, as replacement characters.
+      jsonl_ << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << '\n';
+    }
+    if (tensorboard_) tensorboard_->add_text("samples/" + std::to_string(i), s.prompt + s.completion, s.step);
+  }
+  if (jsonl_.is_open()) {
+    jsonl_.flush();
+    LOOM_CHECK(jsonl_.good(), IOError, "cannot write '", jsonl_path_, "' (the disk may be full): free space or pass "
+               "--output on another disk, then resume from the last checkpoint");
+  }
+  if (tensorboard_) tensorboard_->flush();
+}
+
 void MetricsWriter::add_scalar(const std::string& tag, double value, int64_t step) {
   pending_[tag] = value;
   if (tensorboard_) tensorboard_->add_scalar(tag, value, step);

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "loom/train/tensorboard.h"
 
@@ -46,6 +47,12 @@ struct EvalMetrics {
   int64_t mem_peak_bytes = 0;  // device memory peak during the evaluation
 };
 
+// A prompt's greedy continuation, printed while a run trains.
+struct SampleMetrics {
+  int64_t step = 0;
+  std::string prompt, completion;
+};
+
 // "{ step:[    1/  100], consumed_samples: 8, global_batch_size: 8, loss:   9.123456, ... }"
 std::string format_log_line(const StepMetrics& m);
 std::string format_duration(double seconds);  // "1h02m", "3m20s", "12s"
@@ -61,6 +68,9 @@ class MetricsWriter {
   // "eval_mem_peak_bytes"} and the
   // TensorBoard scalars val/loss and val/ppl (test/... for the test split).
   void write(const EvalMetrics& e);
+  // One line {"step", "sample": i, "prompt", "completion"} per sample and the TensorBoard text
+  // "samples/<i>".
+  void write(const std::vector<SampleMetrics>& samples);
   // An arbitrary scalar (monitor callbacks); goes to TensorBoard and to the next jsonl line.
   void add_scalar(const std::string& tag, double value, int64_t step);
   // A fact of the whole run (the CPU matrix path, say) written on every jsonl line: the file has

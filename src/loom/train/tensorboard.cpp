@@ -121,6 +121,29 @@ void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t
   write_record(event);
 }
 
+void TensorBoardWriter::add_text(const std::string& tag, const std::string& text, int64_t step) {
+  // What tf.summary.text writes: a scalar DT_STRING tensor with the text plugin's metadata.
+  std::string plugin;
+  put_bytes(plugin, 1, "text");                          // PluginData.plugin_name
+  std::string metadata;
+  put_bytes(metadata, 1, plugin);                        // SummaryMetadata.plugin_data
+  std::string tensor;
+  put_int64(tensor, 1, 7);                               // TensorProto.dtype = DT_STRING
+  put_bytes(tensor, 2, "");                              // TensorProto.tensor_shape: a scalar
+  put_bytes(tensor, 8, text);                            // TensorProto.string_val
+  std::string summary_value;
+  put_bytes(summary_value, 1, tag);                      // Summary.Value.tag
+  put_bytes(summary_value, 8, tensor);                   // Summary.Value.tensor
+  put_bytes(summary_value, 9, metadata);                 // Summary.Value.metadata
+  std::string summary;
+  put_bytes(summary, 1, summary_value);
+  std::string event;
+  put_double(event, 1, wall_time());
+  put_int64(event, 2, step);
+  put_bytes(event, 5, summary);
+  write_record(event);
+}
+
 void TensorBoardWriter::flush() {
   out_.flush();
   LOOM_CHECK(out_.good(), IOError, "writing TensorBoard events to '", path_, "' failed (disk full?)");

@@ -23,6 +23,8 @@ class TensorBoardWriter {
   TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
 
   void add_scalar(const std::string& tag, double value, int64_t step);
+  // A text summary (TensorBoard's Text tab), as tf.summary.text writes it.
+  void add_text(const std::string& tag, const std::string& text, int64_t step);
   void flush();
   const std::string& path() const { return path_; }
 

@@ -23,6 +23,7 @@
 #include "loom/optim/placement_muon_sharding.h"
 #include "loom/runtime/checkpoint_reader.h"
 #include "loom/runtime/evaluation.h"
+#include "loom/runtime/generation.h"
 #include "loom/runtime/schedule.h"
 #include "loom/train/builtin_callbacks.h"
 #include "loom/train/finite_state.h"
@@ -104,6 +105,7 @@ void Trainer::build() {
   build_model();
   build_data();
   build_validation();
+  build_sampling();
   build_optimizer();
   build_checkpointing();
   build_monitoring();
@@ -207,6 +209,44 @@ EvalMetrics Trainer::validate() {
   m.seconds = e.seconds;
   m.mem_peak_bytes = memory_stats().peak_bytes;
   return m;
+}
+
+void Trainer::build_sampling() {
+  if (config_.training.sample_interval <= 0) return;
+  sample_tokenizer_ = data::load_tokenizer(config_.training.sample_tokenizer);
+  for (const std::string& prompt : config_.training.sample_prompts)
+    sample_ids_.push_back(sample_tokenizer_->encode(prompt));
+}
+
+bool Trainer::samples_after(int64_t step) const {
+  const int64_t every = config_.training.sample_interval;
+  return every > 0 && (step % every == 0 || step == config_.training.steps);
+}
+
+std::vector<SampleMetrics> Trainer::sample() {
+  LOOM_TRACE("step", "samples");
+  runtime::GenerationOptions o;
+  o.max_new_tokens = config_.training.sample_max_new_tokens;
+  if (sample_tokenizer_->eos_id() >= 0) o.end_ids = {sample_tokenizer_->eos_id()};
+  const int64_t positions = runtime_->model_args().max_position_embeddings;
+  const dist::ParallelDims& d = resolved_.layout.dims;
+  std::vector<runtime::Generation> out;
+  if (d.tp() == 1 && d.cp() == 1 && d.pp() == 1 && d.ep() == 1) {
+    // Every rank holds the whole model (FSDP gathers it per forward) and runs the same tokens.
+    runtime::TokenGenerator generator(runtime_->causal_lm(), positions);
+    out = generator.generate(sample_ids_, o);
+    parallel_model().release_gathered();
+  } else {
+    // The layout splits the model: each token re-runs the layout's forward over the sequence.
+    out = runtime::generate_without_cache(
+        [this](const data::Batch& batch) { return runtime_->schedule().logits(batch); }, sample_ids_, o, positions,
+        2 * d.cp() * d.tp());
+  }
+  std::vector<SampleMetrics> samples;
+  for (size_t i = 0; i < out.size(); ++i)
+    samples.push_back({state_.global_step, config_.training.sample_prompts[i],
+                       sample_tokenizer_->decode_generated(out[i].ids, sample_ids_[i])});
+  return samples;
 }
 
 void Trainer::build_optimizer() {
@@ -520,6 +560,12 @@ TrainSummary Trainer::train() {
       metrics_->write(e);
       if (!options_.quiet) log::info(format_eval_line(e));
       summary.last_val_loss = e.loss;
+    }
+    if (samples_after(state_.global_step)) {
+      const std::vector<SampleMetrics> samples = sample();
+      metrics_->write(samples);
+      if (!options_.quiet)
+        for (const SampleMetrics& s : samples) log::info("sample at step ", s.step, ": ", s.prompt, s.completion);
     }
     const std::string log_error = log::file_error();
     LOOM_CHECK(log_error.empty(), IOError, log_error, " (at step ", state_.global_step, "); free space or pass --output "

@@ -11,6 +11,8 @@
 //   validate   every training.eval_interval steps and after the last: the first eval_iters
 //              global batches of the validation split through the schedule's eval mode
 //              (runtime/evaluation.h), which changes nothing the next step reads
+//   sample     every training.sample_interval steps and after the last: the greedy
+//              continuation of each training.sample_prompts (runtime/generation.h)
 //
 // The parallel layout was applied once, by the runtime (one process is a mesh of size one), and
 // what a step needs from the layout beyond the schedule is the model hooks' (model_hooks.h), so
@@ -26,6 +28,7 @@
 
 #include "loom/config/config.h"
 #include "loom/data/data_loader.h"
+#include "loom/data/tokenizer/tokenizer.h"
 #include "loom/dist/device_mesh.h"
 #include "loom/dist/parallelize.h"
 #include "loom/optim/optimizer.h"
@@ -114,6 +117,8 @@ class Trainer {
   void build_data();
   // The validation loader and how many global batches an evaluation reads (eval_interval > 0).
   void build_validation();
+  // The sample prompts' tokenizer and ids (sample_interval > 0).
+  void build_sampling();
   void build_optimizer();
   void build_checkpointing();
   void build_monitoring();
@@ -127,6 +132,8 @@ class Trainer {
   // Whether the validation runs after optimizer step `step`, and the validation itself.
   bool validates_after(int64_t step) const;
   EvalMetrics validate();
+  bool samples_after(int64_t step) const;
+  std::vector<SampleMetrics> sample();
   // The grad norm with every rank's grads, then clipping; returns the pre-clip norm.
   double clip_gradients();
   // Why the health check skips this update ("" to apply it): a non-finite loss or norm, or a norm
@@ -154,6 +161,8 @@ class Trainer {
   std::unique_ptr<data::DataLoader> loader_;
   std::unique_ptr<data::DataLoader> valid_loader_;  // null without training.eval_interval
   int64_t eval_batches_ = 0;                        // global batches per validation
+  std::unique_ptr<data::Tokenizer> sample_tokenizer_;  // null without training.sample_interval
+  std::vector<std::vector<int64_t>> sample_ids_;
   std::shared_ptr<optim::LrScheduler> scheduler_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<CheckpointManager> checkpoints_;
