@@ -333,6 +333,7 @@ void run_generate(const GenerateOptions& o, std::ostream& out, std::ostream& log
           << "\n";
     }
   }
+  out << std::flush;  // the completions before the summary, when both go to a terminal
   const runtime::GenerationStats& s = generator.last_stats();
   char line[320];
   std::snprintf(line, sizeof(line),
