@@ -115,6 +115,34 @@ void check_rampup(const TrainConfig& c, std::int64_t base, Diagnostics& diag) {
   }
 }
 
+// Every micro-batch count a step runs (each of a ramp's) must suit the pipeline schedule; fewer
+// micro-batches than stages warn about the bubble.
+void check_pipeline_micro_batches(const ParallelLayout& layout, Diagnostics& diag) {
+  if (!layout.pipeline || layout.pipeline->pipeline_parallel <= 1) return;
+  const int pp = layout.pipeline->pipeline_parallel;
+  // Every step of a ramp runs its own count through the schedule.
+  bool refused = false;
+  for (const std::int64_t count : layout.micro_batch_counts()) {
+    const std::string problem = interleaved_micro_batch_problem(pp, layout.pipeline->interleave_num, count);
+    if (problem.empty()) continue;
+    refused = true;
+    const bool ramped = count != layout.final_micro_batches();
+    diag.error(ramped ? "training.rampup_batch_size" : "training.global_batch_size",
+               problem + "; micro-batches per step = " +
+                   (ramped ? "a global batch size of the ramp" : std::string("global_batch_size")) +
+                   " / (data_parallel x local_batch_size) = " + std::to_string(count) +
+                   (ramped ? ": change rampup_batch_size" : ": change global_batch_size or local_batch_size"));
+    break;
+  }
+  const std::int64_t m = layout.final_micro_batches();
+  if (!refused && m < pp)
+    diag.warn("training.global_batch_size",
+              "gives " + std::to_string(m) + " micro-batch" + (m == 1 ? "" : "es") + " per step, fewer than the " +
+                  std::to_string(pp) + " pipeline stages: most stages idle most of the step (the pipeline bubble); "
+                  "raise global_batch_size to at least " + std::to_string(pp) + " x data_parallel x "
+                  "local_batch_size");
+}
+
 }  // namespace
 
 std::string interleaved_micro_batch_problem(int pp, int chunks, std::int64_t micro_batches) {
@@ -199,30 +227,7 @@ std::optional<ParallelLayout> resolve_layout(const TrainConfig& c, int world_siz
   // The pipeline stages do not depend on the world size: check_parallelism placed them. The
   // schedule runs the accumulation steps as its micro-batches, which do.
   layout.pipeline = std::move(pipeline);
-  if (layout.pipeline && layout.pipeline->pipeline_parallel > 1) {
-    const int pp = layout.pipeline->pipeline_parallel;
-    // Every step of a ramp runs its own count through the schedule.
-    bool refused = false;
-    for (const std::int64_t count : layout.micro_batch_counts()) {
-      const std::string problem = interleaved_micro_batch_problem(pp, layout.pipeline->interleave_num, count);
-      if (problem.empty()) continue;
-      refused = true;
-      const bool ramped = count != layout.final_micro_batches();
-      diag.error(ramped ? "training.rampup_batch_size" : "training.global_batch_size",
-                 problem + "; micro-batches per step = " +
-                     (ramped ? "a global batch size of the ramp" : std::string("global_batch_size")) +
-                     " / (data_parallel x local_batch_size) = " + std::to_string(count) +
-                     (ramped ? ": change rampup_batch_size" : ": change global_batch_size or local_batch_size"));
-      break;
-    }
-    const std::int64_t m = layout.final_micro_batches();
-    if (!refused && m < pp)
-      diag.warn("training.global_batch_size",
-                "gives " + std::to_string(m) + " micro-batch" + (m == 1 ? "" : "es") + " per step, fewer than the " +
-                    std::to_string(pp) + " pipeline stages: most stages idle most of the step (the pipeline bubble); "
-                    "raise global_batch_size to at least " + std::to_string(pp) + " x data_parallel x "
-                    "local_batch_size");
-  }
+  check_pipeline_micro_batches(layout, diag);
   return layout;
 }
 
