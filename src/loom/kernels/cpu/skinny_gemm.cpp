@@ -17,27 +17,51 @@ namespace loom::kernels::cpu {
 
 namespace {
 
-// dots[i·R + r] = a row i · b row r, for M rows of a and R rows of b, over k.
-template <int M, int R>
-LOOM_AVX512_BF16 void dots_avx512(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, int64_t k,
-                                  float* dots) {
-  __m512 acc[M][R];
+// dots[i] = a row i · the b row, for M rows of a, over k. The b row is read once, front to back,
+// into four accumulators per a row (independent dpbf16 chains), and the lines 2 KiB ahead are
+// prefetched: a thread's weights are one contiguous stream (the rows of its blocks follow each
+// other), and reading four rows side by side instead, or without the prefetch, reached 20 and
+// 40 of the 53 GB/s two Zen 5 cores read.
+constexpr int64_t kPrefetchBytes = 2048;
+
+template <int M>
+LOOM_AVX512_BF16 void dots_avx512(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t k, float* dots) {
+  __m512 acc[M][4];
   for (int i = 0; i < M; ++i)
-    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
-  for (int64_t kk = 0; kk < k; kk += 32) {
+    for (int u = 0; u < 4; ++u) acc[i][u] = _mm512_setzero_ps();
+  int64_t kk = 0;
+  for (; kk + 128 <= k; kk += 128) {
+    const char* ahead = reinterpret_cast<const char*>(b + kk) + kPrefetchBytes;
+    __m512i bv[4];
+    for (int u = 0; u < 4; ++u) {
+      _mm_prefetch(ahead + 64 * u, _MM_HINT_T0);
+      bv[u] = _mm512_loadu_si512(b + kk + 32 * u);
+    }
+    for (int i = 0; i < M; ++i)
+      for (int u = 0; u < 4; ++u) {
+        const __m512i av = _mm512_loadu_si512(a + i * lda + kk + 32 * u);
+        acc[i][u] = _mm512_dpbf16_ps(acc[i][u], reinterpret_cast<const __m512bh&>(av),
+                                     reinterpret_cast<const __m512bh&>(bv[u]));
+      }
+  }
+  for (; kk < k; kk += 32) {
     // The last word masked: zeros past k add nothing.
     const __mmask32 mask = k - kk >= 32 ? ~__mmask32(0) : static_cast<__mmask32>((uint64_t{1} << (k - kk)) - 1);
-    __m512i bv[R];
-    for (int r = 0; r < R; ++r) bv[r] = _mm512_maskz_loadu_epi16(mask, b + r * ldb + kk);
+    const __m512i bv = _mm512_maskz_loadu_epi16(mask, b + kk);
     for (int i = 0; i < M; ++i) {
       const __m512i av = _mm512_maskz_loadu_epi16(mask, a + i * lda + kk);
-      for (int r = 0; r < R; ++r)
-        acc[i][r] = _mm512_dpbf16_ps(acc[i][r], reinterpret_cast<const __m512bh&>(av),
-                                     reinterpret_cast<const __m512bh&>(bv[r]));
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], reinterpret_cast<const __m512bh&>(av),
+                                   reinterpret_cast<const __m512bh&>(bv));
     }
   }
-  for (int i = 0; i < M; ++i)
-    for (int r = 0; r < R; ++r) dots[i * R + r] = _mm512_reduce_add_ps(acc[i][r]);
+  for (int i = 0; i < M; ++i) {
+    // Summed through memory: GCC 12 warns of an uninitialised operand inside _mm512_reduce_add_ps.
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]), _mm512_add_ps(acc[i][2], acc[i][3])));
+    float sum = 0;
+    for (float v : lanes) sum += v;
+    dots[i] = sum;
+  }
 }
 
 LOOM_AVX2_FMA inline float horizontal_sum(__m256 v) {
@@ -86,10 +110,9 @@ template <int M>
 void dots_block(const Operands& o, bool avx512, int64_t j, int64_t rows, float* dots) {
   const uint16_t* b = o.b + j * o.ldb;
   if (avx512) {
-    if (rows == 4) return dots_avx512<M, 4>(o.a, o.lda, b, o.ldb, o.k, dots);
     for (int64_t r = 0; r < rows; ++r) {
       float one[M];
-      dots_avx512<M, 1>(o.a, o.lda, b + r * o.ldb, o.ldb, o.k, one);
+      dots_avx512<M>(o.a, o.lda, b + r * o.ldb, o.k, one);
       for (int i = 0; i < M; ++i) dots[i * rows + r] = one[i];
     }
     return;
@@ -104,7 +127,8 @@ void dots_block(const Operands& o, bool avx512, int64_t j, int64_t rows, float* 
 
 template <int M>
 void run(const Operands& o, bool avx512, Tensor& c, float alpha, float beta) {
-  const int64_t block = avx512 ? 4 : 2;  // rows of b per load of a (AVX2 has 16 registers)
+  // Rows of b per work item; the AVX2 kernel reads two side by side per load of a (16 registers).
+  const int64_t block = avx512 ? 4 : 2;
   const int64_t blocks = (o.n + block - 1) / block;
   const int64_t ldc = c.strides()[0];
   const bool bf16_out = c.dtype() == DType::bf16;

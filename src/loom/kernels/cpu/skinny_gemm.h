@@ -8,8 +8,9 @@
 //   AVX512-BF16  vdpbf16ps on 32 bf16 per load, the CPUs of the bf16 matrix paths
 //   AVX2 + FMA   b widened to fp32 in registers (a shift), the fp32 path's CPUs
 //
-// Four rows of b at a time share each load of a; the accumulators stay in registers over the
-// whole inner size; rows of c are spread over the threads, so the result does not depend on the
+// AVX512-BF16 reads each row of b front to back with a software prefetch ahead (a thread's rows
+// are one contiguous stream); AVX2 reads two rows side by side per load of a. The accumulators
+// stay in registers over the whole inner size; rows of c are spread over the threads, so the result does not depend on the
 // thread count. gemm (gemm.cpp) calls it when skinny_gemm_applies.
 #pragma once
 
