@@ -19,7 +19,7 @@ namespace {
   X(sum) X(sum_to_shape) X(max_value)                                                           \
   X(embedding) X(embedding_backward) X(gather) X(scatter) X(index_add) X(index_select) X(topk) \
   X(gemm) X(matmul_2d) X(bmm)                                                                   \
-  X(attention_forward) X(attention_backward) X(attention_merge)                                 \
+  X(attention_forward) X(attention_backward) X(attention_merge) X(attention_decode)             \
   X(cross_entropy_row_weights) X(cross_entropy_forward) X(cross_entropy_backward)               \
   X(linear_cross_entropy_forward) X(linear_cross_entropy_backward)                              \
   X(rms_norm) X(rms_norm_backward) X(layer_norm) X(layer_norm_backward) X(rope)                 \

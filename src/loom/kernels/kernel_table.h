@@ -79,6 +79,9 @@ struct KernelTable {
                                        double scale, const AttentionMask& mask,
                                        const AttentionTiles& tiles);
   void (*attention_merge)(Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse);
+  // A few query rows against a KV cache, forward only (cpu/attention_decode.h).
+  AttentionForwardResult (*attention_decode)(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                                             const AttentionMask& mask);
 
   // ---- Cross-entropy (cpu/cross_entropy.h) ----
   Tensor (*cross_entropy_row_weights)(const Tensor& labels, const Tensor& loss_mask,

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "loom/autograd/function.h"
+#include "loom/autograd/grad_mode.h"
 #include "loom/kernels/kernel_table.h"
 
 namespace loom::ops {
@@ -67,6 +68,14 @@ Tensor attention(const Tensor& q, const Tensor& kt, const Tensor& v, const Atten
   check_inputs(q, kt, v, opt, max_logits);
   const double scale = opt.softmax_scale != 0 ? opt.softmax_scale : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   const kernels::AttentionMask mask{opt.causal, opt.q_offset, opt.doc_ends, Tensor()};
+  if (opt.decoding) {
+    const bool differentiated =
+        autograd::grad_enabled() && (q.requires_grad() || kt.requires_grad() || v.requires_grad());
+    LOOM_CHECK(!opt.track_max_logits && !differentiated, ValueError,
+               "attention: the decoding mode has no backward and no logit tracking; it is for generation "
+               "without grads");
+    return kernels::for_tensor(q, "attention").attention_decode(q, kt, v, scale, mask).out;
+  }
   kernels::AttentionForwardResult fwd = kernels::for_tensor(q, "attention")
       .attention_forward(q, kt, v, scale, mask, opt.track_max_logits, kernels::AttentionTiles{});
   if (max_logits) *max_logits = opt.track_max_logits ? fwd.max_logits : Tensor();

@@ -22,6 +22,9 @@ struct AttentionOptions {
   Tensor doc_ends;
   // Also return the per-head max of the scaled logits over unmasked entries (Muon QK-clip).
   bool track_max_logits = false;
+  // Generation against a KV cache: a few query rows over many keys, never differentiated. Runs
+  // the device's decode kernel, which reads the cache in place instead of packing it for tiles.
+  bool decoding = false;
 };
 
 // q [B, Sq, H, D], k [B, Sk, KV, D], v [B, Sk, KV, Dv] with H % KV == 0 (GQA: query head h uses

@@ -1,6 +1,7 @@
 #include "loom/kernels/cpu/cpu_table.h"
 
 #include "loom/kernels/cpu/attention.h"
+#include "loom/kernels/cpu/attention_decode.h"
 #include "loom/kernels/cpu/cross_entropy.h"
 #include "loom/kernels/cpu/elementwise.h"
 #include "loom/kernels/cpu/gemm.h"
@@ -51,6 +52,7 @@ KernelTable kernel_table() {
   t.attention_forward = &attention_forward;
   t.attention_backward = &attention_backward;
   t.attention_merge = &attention_merge;
+  t.attention_decode = &decode_attention_forward;
 
   t.cross_entropy_row_weights = &cross_entropy_row_weights;
   t.cross_entropy_forward = &cross_entropy_forward;

@@ -170,6 +170,16 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
+// y[i] += a · x[i]
+inline void add_scaled(float* y, const float* x, float a, int64_t n) {
+  int64_t i = 0;
+#ifdef LOOM_VEC_AVX2
+  const __m256 va = _mm256_set1_ps(a);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
 // p[i] = p[i] · (d[i] − c): the softmax backward product, in place over p.
 inline void mul_sub(float* p, const float* d, float c, int64_t n) {
   int64_t i = 0;
