@@ -9,9 +9,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../models/model_test_util.h"
 #include "../train/trainer_fixture.h"
 #include "loom/eval/generate_command.h"
 #include "loom/models/convert.h"
+#include "loom/models/hf_checkpoint.h"
+#include "loom/models/registry.h"
 #include "loom/runtime/generation.h"
 
 namespace loom::eval {
@@ -164,6 +167,36 @@ TEST(GenerateCommand, BadFlagsNameTheFlag) {
   EXPECT_NE(parse_error({"--load", "x", "--seed", "abc"}).find("--seed 'abc' is not a number"), std::string::npos);
   EXPECT_NE(parse_error({"--load", "x", "--stop"}).find("--stop needs a value"), std::string::npos);
   EXPECT_NE(parse_error({"--load", "x", "--bogus"}).find("unknown option '--bogus'"), std::string::npos);
+  EXPECT_NE(parse_error({"--load", "x", "--speculative", "eagle"}).find("--speculative takes 'mtp'"), std::string::npos);
+  EXPECT_NE(parse_error({"--load", "x", "--speculative", "mtp", "--temperature", "0.7"})
+                .find("--speculative mtp is greedy only"),
+            std::string::npos);
+}
+
+TEST(GenerateCommand, SpeculativeMtpGivesPlainGreedysTokensAndSaysHowManyDraftsItKept) {
+  // A DeepSeek-V3 with one MTP layer saved as an HF folder: its drafts (random weights) are
+  // mostly rejected, and the tokens are still plain greedy's.
+  lt::TempDir dir;
+  Json section = lt::tiny_deepseek_v3();
+  section["max_position_embeddings"] = 64;
+  models::BuiltModel built = models::build_model(section);
+  built.model->materialize(5);
+  models::save_hf_model(dir.file("hf"), built.args, built.model->state_dict());
+  lt::write_file(dir.file("p.jsonl"), "{\"prompt_ids\": [3, 10, 17, 2]}\n{\"prompt_ids\": [9, 1]}\n");
+  GenerateOptions o;
+  o.load_path = dir.file("hf");
+  o.prompts_path = dir.file("p.jsonl");
+  o.max_new_tokens = 12;
+  o.json = true;
+  std::ostringstream plain, plain_log, speculative, speculative_log;
+  run_generate(o, plain, plain_log);
+  o.speculative = runtime::Speculative::mtp;
+  run_generate(o, speculative, speculative_log);
+  EXPECT_EQ(speculative.str(), plain.str());
+  EXPECT_NE(speculative_log.str().find("speculative (mtp, 1 draft per forward): "), std::string::npos)
+      << speculative_log.str();
+  EXPECT_NE(speculative_log.str().find("tokens per forward of the main model"), std::string::npos);
+  EXPECT_EQ(plain_log.str().find("speculative"), std::string::npos);
 }
 
 TEST(GenerateCommand, BadInputNamesTheFileOrPrompt) {
@@ -188,6 +221,16 @@ TEST(GenerateCommand, BadInputNamesTheFileOrPrompt) {
   chat.tokenizer_path = m.dir.file("plain_tok");
   chat.chat = true;
   EXPECT_NE(error(chat).find("has no chat_template"), std::string::npos) << error(chat);
+
+  GenerateOptions speculative = o;
+  speculative.prompts.clear();
+  speculative.prompts_path = m.dir.file("ids.jsonl");
+  lt::write_file(speculative.prompts_path, "{\"prompt_ids\": [3, 4]}\n");
+  speculative.speculative = runtime::Speculative::mtp;
+  EXPECT_NE(error(speculative).find("--speculative mtp drafts with the model's multi-token prediction layers and " +
+                                    m.dir.file("ck") + " has none"),
+            std::string::npos)
+      << error(speculative);
 
   lt::write_file(m.dir.file("long.jsonl"), "{\"prompt_ids\": " + Json(std::vector<int64_t>(256, 5)).dump() + "}\n");
   GenerateOptions too_long = o;

@@ -208,7 +208,8 @@ class CompletionStream {
 const char* generate_usage() {
   return "usage: loom generate --load PATH [--tokenizer PATH] (--prompt TEXT ... | --prompts FILE.jsonl)\n"
          "                     [--chat] [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
-         "                     [--seed S] [--stop STR ...] [--json] [--config FILE] [--set model.key=value]\n"
+         "                     [--seed S] [--stop STR ...] [--speculative mtp] [--json] [--config FILE]\n"
+         "                     [--set model.key=value]\n"
          "  --load PATH          a Loom checkpoint (save directory or iteration_* folder) or a Hugging Face folder\n"
          "  --tokenizer PATH     tokenizer.json, SentencePiece .model or a folder (default: the HF folder's)\n"
          "  --prompt TEXT        a prompt (repeatable); --prompts FILE: {\"prompt\"}, {\"messages\"} or\n"
@@ -219,6 +220,8 @@ const char* generate_usage() {
          "  --top-k K, --top-p P sample from the K most likely tokens, then from the smallest set reaching P\n"
          "  --seed S             the sampling seed (the same tokens for a seed on any machine and thread count)\n"
          "  --stop STR           end a completion at STR (repeatable); the end-of-text token always ends it\n"
+         "  --speculative mtp    draft tokens with the model's MTP layers (DeepSeek-V3) and check them in one\n"
+         "                       forward: greedy only, the same tokens as without, fewer forwards\n"
          "  --json               one JSON object per prompt: prompt, completion, ids, finish_reason\n"
          "  --config FILE        take the model section from a training YAML instead of PATH's\n"
          "  --set model.k=v      override a model field (e.g. model.compute_dtype=float32)\n"
@@ -242,6 +245,12 @@ GenerateOptions parse_generate_args(const std::vector<std::string>& args) {
     else if (a == "--chat") o.chat = true;
     else if (a == "--json") o.json = true;
     else if (a == "--stop") o.stops.push_back(value());
+    else if (a == "--speculative") {
+      const std::string kind = value();
+      LOOM_CHECK(kind == "mtp", ConfigError, "--speculative takes 'mtp' (drafts from the model's multi-token "
+                 "prediction layers), got '", kind, "'");
+      o.speculative = runtime::Speculative::mtp;
+    }
     else if (a == "--max-new-tokens") {
       const double n = number_flag(a, value());
       LOOM_CHECK(n >= 1 && n == static_cast<double>(static_cast<int64_t>(n)), ConfigError,
@@ -271,6 +280,9 @@ GenerateOptions parse_generate_args(const std::vector<std::string>& args) {
   }
   LOOM_CHECK(!o.load_path.empty(), ConfigError, "--load PATH is required: the weights to generate with\n",
              generate_usage());
+  LOOM_CHECK(o.speculative == runtime::Speculative::none || o.sampling.temperature == 0, ConfigError,
+             "--speculative mtp is greedy only (a draft is kept when it equals the main model's argmax), got "
+             "--temperature ", o.sampling.temperature, ": drop one of the two");
   return o;
 }
 
@@ -296,6 +308,9 @@ void run_generate(const GenerateOptions& o, std::ostream& out, std::ostream& log
                  ", outside the model's vocabulary [0, ", args.vocab_size, ")");
     ids.push_back(p.ids);
   }
+  LOOM_CHECK(o.speculative == runtime::Speculative::none || args.mtp_num_layers > 0, ConfigError,
+             "--speculative mtp drafts with the model's multi-token prediction layers and ", o.load_path,
+             " has none (model.mtp_num_layers / num_nextn_predict_layers is 0): generate without --speculative");
   runtime::ModelRuntime model(args, *backend);
   model.load_weights(where.dir, "--load");
 
@@ -303,6 +318,7 @@ void run_generate(const GenerateOptions& o, std::ostream& out, std::ostream& log
   g.max_new_tokens = o.max_new_tokens;
   g.sampling = o.sampling;
   g.end_ids = end_ids(tokenizer.get(), where);
+  g.speculative = o.speculative;
   // One prompt in text mode streams; every prompt stops at a --stop string as soon as it appears.
   const bool stream = prompts.size() == 1 && !o.json && tokenizer;
   std::unique_ptr<CompletionStream> streamed;
@@ -335,15 +351,25 @@ void run_generate(const GenerateOptions& o, std::ostream& out, std::ostream& log
   }
   out << std::flush;  // the completions before the summary, when both go to a terminal
   const runtime::GenerationStats& s = generator.last_stats();
+  // The decode rate counts the tokens after each row's first (which the prefill gives).
+  const auto after_prefill = static_cast<double>(s.generated_tokens - static_cast<int64_t>(ids.size()));
   char line[320];
   std::snprintf(line, sizeof(line),
                 "generate: %lld prompt tokens in %.2f s, %lld new tokens in %.2f s (%.1f tokens/s), KV cache %.1f MiB\n",
                 static_cast<long long>(s.prompt_tokens), s.prefill_s, static_cast<long long>(s.generated_tokens),
-                s.decode_s, s.decode_s > 0 ? static_cast<double>(s.decode_steps * static_cast<int64_t>(ids.size())) /
-                                                 s.decode_s
-                                           : 0.0,
+                s.decode_s, s.decode_s > 0 ? after_prefill / s.decode_s : 0.0,
                 static_cast<double>(s.cache_bytes) / (1 << 20));
   log << line;
+  if (o.speculative == runtime::Speculative::mtp) {
+    std::snprintf(line, sizeof(line),
+                  "speculative (mtp, %lld draft%s per forward): %lld of %lld drafts kept (%.0f%%), %.2f tokens per "
+                  "forward of the main model (1 without drafts)\n",
+                  static_cast<long long>(args.mtp_num_layers), args.mtp_num_layers == 1 ? "" : "s",
+                  static_cast<long long>(s.accepted_tokens), static_cast<long long>(s.drafted_tokens),
+                  s.drafted_tokens ? 100.0 * static_cast<double>(s.accepted_tokens) / static_cast<double>(s.drafted_tokens) : 0.0,
+                  s.row_forwards ? static_cast<double>(s.generated_tokens) / static_cast<double>(s.row_forwards) : 1.0);
+    log << line;
+  }
 }
 
 }  // namespace loom::eval

@@ -3,7 +3,8 @@
 //
 //   loom generate --load PATH [--tokenizer PATH] (--prompt TEXT ... | --prompts F.jsonl)
 //                 [--chat] [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]
-//                 [--seed S] [--stop STR ...] [--json] [--config C.yaml] [--set model.k=v]
+//                 [--seed S] [--stop STR ...] [--speculative mtp] [--json] [--config C.yaml]
+//                 [--set model.k=v]
 //
 // PATH is a Loom checkpoint (a save directory or an iteration_* folder, saved under any layout)
 // or a Hugging Face folder. The model is the checkpoint's (its model_config.json), the folder's
@@ -12,7 +13,9 @@
 // chat template with the generation prompt) or {"prompt_ids": [...]}; --chat sends --prompt text
 // through the chat template as a user message. A row stops at the tokenizer's end token (and the
 // folder's generation_config.json eos ids), a --stop string, --max-new-tokens or the model's
-// positions.
+// positions. --speculative mtp drafts with a DeepSeek-V3 model's MTP layers and checks the drafts
+// in one forward (greedy only; the tokens are plain greedy's), and the summary gives the drafts
+// kept and the tokens per forward.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/runtime/generation.h"
 #include "loom/runtime/sampling.h"
 
 namespace loom::eval {
@@ -35,6 +39,7 @@ struct GenerateOptions {
   int64_t max_new_tokens = 64;
   runtime::SamplingOptions sampling;
   std::vector<std::string> stops;
+  runtime::Speculative speculative = runtime::Speculative::none;
   bool json = false;
 };
 

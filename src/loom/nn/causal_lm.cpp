@@ -136,6 +136,13 @@ void CausalLM::attach_cache(KVCache* cache) {
   for (size_t i = 0; i < layers.size(); ++i) layers[i]->attach_cache(cache, i);
 }
 
+void CausalLM::attach_cache(KVCache* cache, KVCache* mtp_cache) {
+  const std::vector<TransformerLayer*> layers = decoder_->layers();
+  for (size_t i = 0; i < layers.size(); ++i) layers[i]->self_attention().attach_cache(cache, i);
+  const std::vector<MTPLayer*> mtp = mtp_layers();
+  for (size_t k = 0; k < mtp.size(); ++k) mtp[k]->transformer_layer().self_attention().attach_cache(mtp_cache, k);
+}
+
 void CausalLM::update_expert_biases() {
   for (MoELayer* m : moe_layers()) {
     if (m->router().has_expert_bias()) m->router().update_expert_bias(m->router().tokens_per_expert());
@@ -154,6 +161,14 @@ Tensor CausalLM::logits(const Tensor& input_ids, const Tensor& position_ids, con
 Tensor CausalLM::head_logits(const Tensor& hidden, const Tensor& doc_ends) {
   Tensor h = decoder_->final_layernorm().forward(hidden);
   return head_logits_(h, head_weight(h.dtype()), doc_ends);
+}
+
+Tensor CausalLM::mtp_head_logits(size_t depth, const Tensor& hidden) {
+  const std::vector<MTPLayer*> mtp = mtp_layers();
+  LOOM_CHECK(depth < mtp.size(), ValueError, "CausalLM: MTP depth ", depth, " asked of a model with ", mtp.size(),
+             " MTP layers (model.mtp_num_layers)");
+  Tensor h = mtp[depth]->final_layernorm().forward(hidden);
+  return head_logits_(h, head_weight(h.dtype()), Tensor());
 }
 
 void CausalLM::keep_parts(const std::function<bool(int64_t layer)>& keep_layer, bool embedding, bool head) {

@@ -114,6 +114,9 @@ class CausalLM : public Module {
                 const Tensor& doc_ends = Tensor());
   // The same from the hidden states before final_layernorm (a pipeline's last stage).
   Tensor head_logits(const Tensor& hidden, const Tensor& doc_ends = Tensor());
+  // MTP depth `depth`'s logits [B, S, V] from its layer's output [B, S, D]: its own final norm,
+  // then the shared output head (as head() forms its loss), through the installed HeadLogits.
+  Tensor mtp_head_logits(size_t depth, const Tensor& hidden);
 
   LanguageModelEmbedding& embedding() { return *embedding_; }
   TransformerBlock& decoder() { return *decoder_; }
@@ -131,6 +134,11 @@ class CausalLM : public Module {
   // Generation: every attention layer (decoder, then MTP) reads and extends `cache`, slot i for
   // attention_layers()[i] (kv_cache.h); nullptr detaches.
   void attach_cache(KVCache* cache);
+  // Speculative decoding: the decoder layers in `cache` (slot i for layer i), MTP depth k in
+  // `mtp_cache`'s slot k. The MTP layers need a cache of their own: depth k's state at position i
+  // reads token t_{i+k}, so their stream trails the decoder's and is cut back on its own
+  // (runtime/mtp_drafter.h).
+  void attach_cache(KVCache* cache, KVCache* mtp_cache);
   // Replaces the heads' loss (default: ops::linear_cross_entropy over the whole vocabulary). A
   // strategy that splits the head over ranks (tensor parallelism) installs its own from outside.
   void set_head_loss(HeadLoss loss) { head_loss_ = std::move(loss); }

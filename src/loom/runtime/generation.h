@@ -12,6 +12,14 @@
 // (bf16 weights cast once for the whole generation). On one process, or on ranks that all hold
 // the whole model (FSDP/HSDP gather it per forward, every rank generating the same tokens).
 //
+// Speculative decoding (GenerationOptions::speculative = mtp, greedy only): after each forward
+// the model's MTP layers draft the next tokens (mtp_drafter.h), the main model checks them all in
+// one forward of 1 + drafts positions through the cache, every row keeps the drafts that equal
+// its own greedy choices plus the main model's token after them, and the cache is truncated
+// back to the kept positions. The tokens are plain greedy's; only the forwards are fewer.
+// Batched rows share one cache length, so a step keeps the drafts every generating row accepted
+// (the fewest); the rows that accepted more get those tokens again at the next step.
+//
 // generate_without_cache() is the reference: every step re-runs the whole sequence through a
 // logits function (runtime::Schedule::logits runs it under any layout), greedy or sampled alike.
 #pragma once
@@ -28,10 +36,14 @@
 
 namespace loom::runtime {
 
+// How a step proposes tokens: none (one token per forward) or the model's MTP layers' drafts.
+enum class Speculative { none, mtp };
+
 struct GenerationOptions {
   int64_t max_new_tokens = 64;
   SamplingOptions sampling;
   std::vector<int64_t> end_ids;  // tokens that end a row (the tokenizer's EOS); kept in its ids
+  Speculative speculative = Speculative::none;
 };
 
 struct Generation {
@@ -49,6 +61,12 @@ struct GenerationStats {
   int64_t cache_bytes = 0;
   double prefill_s = 0, decode_s = 0;
   int64_t decode_steps = 0;      // forwards after the prefill
+  // Main-model forwards summed over the rows still generating in each (the prefill included):
+  // generated_tokens / row_forwards is the tokens a row gets per forward (1 without drafts).
+  int64_t row_forwards = 0;
+  // Speculative: the drafts the main model checked for the rows still generating, and of those
+  // the ones kept (each equal to the main model's own greedy token there).
+  int64_t drafted_tokens = 0, accepted_tokens = 0;
 };
 
 class TokenGenerator {
@@ -60,6 +78,11 @@ class TokenGenerator {
   const GenerationStats& last_stats() const { return stats_; }
 
  private:
+  std::vector<Generation> generate_speculative(const std::vector<std::vector<int64_t>>& prompts,
+                                               const GenerationOptions& options, const TokenCallback& on_token);
+  // Hidden states [B, n, D] (before the final norm) of `ids` [B, n] new positions, through the
+  // cache, which advances by n.
+  Tensor forward(const Tensor& ids, class nn::KVCache& cache);
   // Logits [B, V] (fp32, host) of the last of `ids` [B, n] new positions, through the cache.
   std::vector<float> step(const Tensor& ids, class nn::KVCache& cache);
 
