@@ -26,17 +26,23 @@ Tensor random(const Shape& shape, DType dtype, uint64_t seed) {
 void expect_matches_flash(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionMask& mask,
                           double tol, const std::string& what) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-  const kernels::AttentionForwardResult got = kc::decode_attention_forward(q, k, v, scale, mask);
   const kernels::AttentionForwardResult want = kc::attention_forward(q.to(DType::f64), k.to(DType::f64), v.to(DType::f64),
                                                                      scale, mask, false, kernels::AttentionTiles{});
-  ASSERT_EQ(got.out.shape(), want.out.shape()) << what;
-  EXPECT_EQ(got.out.dtype(), q.dtype()) << what;
+  // Both kernels: fp32 products, and on a CPU with AVX512-BF16 its dot products for bf16.
+  std::vector<kc::MatrixPath> paths = {kc::MatrixPath::fp32};
+  if (kc::matrix_dispatch().features.avx512_bf16) paths.push_back(kc::MatrixPath::avx512_bf16);
+  for (kc::MatrixPath path : paths) {
+  const std::string on = what + " on " + kc::matrix_path_name(path);
+  const kernels::AttentionForwardResult got = kc::decode_attention_forward_on(path, q, k, v, scale, mask);
+  ASSERT_EQ(got.out.shape(), want.out.shape()) << on;
+  EXPECT_EQ(got.out.dtype(), q.dtype()) << on;
   const auto o = got.out.to_double_vector(), ow = want.out.to_double_vector();
-  for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], ow[i], tol * (1 + std::fabs(ow[i]))) << what << " out[" << i << "]";
+  for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], ow[i], tol * (1 + std::fabs(ow[i]))) << on << " out[" << i << "]";
   const auto l = got.lse.to_double_vector(), lw = want.lse.to_double_vector();
   for (size_t i = 0; i < l.size(); ++i) {
-    if (std::isinf(lw[i])) EXPECT_EQ(l[i], lw[i]) << what << " lse[" << i << "]";
-    else ASSERT_NEAR(l[i], lw[i], 1e-5 * (1 + std::fabs(lw[i]))) << what << " lse[" << i << "]";
+    if (std::isinf(lw[i])) EXPECT_EQ(l[i], lw[i]) << on << " lse[" << i << "]";
+    else ASSERT_NEAR(l[i], lw[i], 1e-5 * (1 + std::fabs(lw[i]))) << on << " lse[" << i << "]";
+  }
   }
 }
 
@@ -44,9 +50,9 @@ TEST(AttentionDecode, FewRowsOverACacheEqualTheFlashKernel) {
   for (DType dtype : {DType::f32, DType::bf16})
     for (int64_t rows : {1, 3, 8})
       for (auto [heads, kv] : {std::pair<int64_t, int64_t>{4, 4}, {8, 2}, {6, 1}}) {
-        const int64_t B = 2, keys = 37, D = 24;
+        const int64_t B = 2, keys = 37, D = dtype == DType::bf16 ? 64 : 24;  // bf16: the AVX512 kernel's shapes
         const Tensor q = random({B, rows, heads, D}, dtype, 1), k = random({B, keys, kv, D}, dtype, 2),
-                     v = random({B, keys, kv, 16}, dtype, 3);
+                     v = random({B, keys, kv, dtype == DType::bf16 ? 144 : 16}, dtype, 3);
         // The rows are the last `rows` positions, as after a cache of keys - rows positions.
         kernels::AttentionMask mask{true, keys - rows, Tensor(), Tensor()};
         // bf16: the output is rounded to bf16 once (8 bits of mantissa).

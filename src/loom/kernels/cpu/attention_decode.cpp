@@ -1,6 +1,7 @@
 #include "loom/kernels/cpu/attention_decode.h"
 
 #include <cblas.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +11,7 @@
 #include "loom/core/parallel.h"
 #include "loom/kernels/cpu/attention.h"
 #include "loom/kernels/cpu/attention_ranges.h"
+#include "loom/kernels/cpu/cpu_isa.h"
 #include "loom/kernels/cpu/vec.h"
 
 namespace loom::kernels::cpu {
@@ -60,13 +62,12 @@ void sgemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const flo
 // Keys per block of the products: 64 widened rows of 128 are 32 KiB.
 constexpr int64_t kKeyBlock = 64;
 
-// One (sequence b, KV head g): its G query heads × Sq rows (row r = head·Sq + i) against the keys
-// [lo, hi) their intervals cover: S = scale·Q·Kᵀ, each row's softmax over its own interval (the
-// rest of its row zeroed), O = P·V / row sum. Keys and values are read once for the whole group.
-template <typename T>
-void group(const Dims& d, int64_t b, int64_t g, const Rows<T>& q, const Rows<T>& k, const Rows<T>& v,
-           const int64_t* ranges, float scale, T* out, float* lse) {
-  const int64_t n_rows = d.G * d.Sq;
+// The keys the group's rows see together: the union [lo, hi) of their intervals (empty: lo = hi).
+struct KeySpan {
+  int64_t lo = 0, hi = 0;
+};
+
+KeySpan key_span(const Dims& d, int64_t b, const int64_t* ranges) {
   int64_t lo = attention_detail::kNoKey, hi = 0;
   for (int64_t i = 0; i < d.Sq; ++i) {
     const int64_t* r = ranges + 2 * (b * d.Sq + i);
@@ -75,7 +76,25 @@ void group(const Dims& d, int64_t b, int64_t g, const Rows<T>& q, const Rows<T>&
       hi = std::max(hi, r[1]);
     }
   }
-  const int64_t span = std::max<int64_t>(hi - lo, 0);
+  return lo < hi ? KeySpan{lo, hi} : KeySpan{};
+}
+
+// A row's weighted sum of values divided by its softmax sum (zeros for a row that saw no key).
+template <typename T>
+void finish_row(float* acc, float sum, int64_t width, T* out) {
+  if (sum > 0) vec::scale_row(acc, width, 1.0f / sum);
+  vec::narrow_row(acc, out, width);
+}
+
+// One (sequence b, KV head g): its G query heads × Sq rows (row r = head·Sq + i) against the keys
+// [lo, hi) their intervals cover: S = scale·Q·Kᵀ, each row's softmax over its own interval (the
+// rest of its row zeroed), O = P·V / row sum. Keys and values are read once for the whole group.
+template <typename T>
+void group(const Dims& d, int64_t b, int64_t g, const Rows<T>& q, const Rows<T>& k, const Rows<T>& v,
+           const int64_t* ranges, float scale, T* out, float* lse) {
+  const int64_t n_rows = d.G * d.Sq;
+  const auto [lo, hi] = key_span(d, b, ranges);
+  const int64_t span = hi - lo;
   std::vector<float> qf(static_cast<size_t>(n_rows * d.D)), acc(static_cast<size_t>(n_rows * d.Dv), 0.0f);
   std::vector<float> sums(static_cast<size_t>(n_rows), 0.0f);
   for (int64_t h = 0; h < d.G; ++h)
@@ -108,29 +127,102 @@ void group(const Dims& d, int64_t b, int64_t g, const Rows<T>& q, const Rows<T>&
   }
   for (int64_t r = 0; r < n_rows; ++r) {
     const int64_t head = g * d.G + r / d.Sq, i = r % d.Sq;
-    if (sums[r] > 0) vec::scale_row(&acc[r * d.Dv], d.Dv, 1.0f / sums[r]);
-    else lse[(b * d.H + head) * d.Sq + i] = -INFINITY;  // no visible key: zeros, not 0/0
-    vec::narrow_row(&acc[r * d.Dv], out + ((b * d.Sq + i) * d.H + head) * d.Dv, d.Dv);
+    if (sums[r] == 0) lse[(b * d.H + head) * d.Sq + i] = -INFINITY;  // no visible key: zeros, not 0/0
+    finish_row(&acc[r * d.Dv], sums[r], d.Dv, out + ((b * d.Sq + i) * d.H + head) * d.Dv);
+  }
+}
+
+#define LOOM_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+// The masked forms throughout: GCC 12 warns of an uninitialised operand inside the unmasked ones.
+LOOM_AVX512_BF16 inline float sum16(__m512 v) {
+  const __m256 h = _mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, v, 0), _mm512_maskz_extractf32x8_ps(0xFF, v, 1));
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  return _mm_cvtss_f32(_mm_add_ss(x, _mm_shuffle_ps(x, x, 1)));
+}
+
+LOOM_AVX512_BF16 inline __m512 widen16(const uint16_t* p) {
+  const __m512i wide = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, wide, 16));
+}
+
+// The same for bf16 on a CPU with AVX512-BF16 (head dims multiples of 32 and 16), reading the
+// cache without widening it: each score is q·k in vdpbf16ps (bf16 products, exact, summed in
+// fp32), and each row's output accumulates p·v in registers, 128 values at a time, over its keys.
+LOOM_AVX512_BF16 void group_units(const Dims& d, int64_t b, int64_t g, const Rows<bf16>& q, const Rows<bf16>& k,
+                                  const Rows<bf16>& v, const int64_t* ranges, float scale, bf16* out, float* lse) {
+  const int64_t n_rows = d.G * d.Sq;
+  const KeySpan keys = key_span(d, b, ranges);
+  const int64_t span = keys.hi - keys.lo;
+  auto scores = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(std::max<int64_t>(n_rows * span, 1)));
+  std::vector<float> sums(static_cast<size_t>(n_rows), 0.0f), acc(static_cast<size_t>(d.Dv));
+  for (int64_t j = keys.lo; j < keys.hi; ++j) {
+    const auto* key = reinterpret_cast<const uint16_t*>(k.at(b, j, g));
+    _mm_prefetch(reinterpret_cast<const char*>(k.at(b, j + 4, g)), _MM_HINT_T0);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const auto* query = reinterpret_cast<const uint16_t*>(q.at(b, r % d.Sq, g * d.G + r / d.Sq));
+      __m512 dot = _mm512_setzero_ps();
+      for (int64_t c = 0; c < d.D; c += 32)
+        dot = _mm512_dpbf16_ps(dot, reinterpret_cast<__m512bh>(_mm512_loadu_si512(query + c)),
+                               reinterpret_cast<__m512bh>(_mm512_loadu_si512(key + c)));
+      scores[static_cast<size_t>(r * span + j - keys.lo)] = scale * sum16(dot);
+    }
+  }
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const int64_t head = g * d.G + r / d.Sq, i = r % d.Sq;
+    const int64_t* range = ranges + 2 * (b * d.Sq + i);
+    float* row = scores.get() + r * span - keys.lo;  // row[j] for key j
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    if (range[0] < range[1]) {
+      const float m = vec::row_max(row + range[0], range[1] - range[0]);
+      sums[static_cast<size_t>(r)] = vec::exp_shift_sum(row + range[0], range[1] - range[0], m);
+      lse[(b * d.H + head) * d.Sq + i] = m + std::log(sums[static_cast<size_t>(r)]);
+      for (int64_t c = 0; c < d.Dv; c += 128) {
+        const int64_t width = std::min<int64_t>(128, d.Dv - c), parts = width / 16;
+        __m512 o[8];
+        for (int u = 0; u < 8; ++u) o[u] = _mm512_setzero_ps();
+        for (int64_t j = range[0]; j < range[1]; ++j) {
+          const auto* value = reinterpret_cast<const uint16_t*>(v.at(b, j, g)) + c;
+          const __m512 p = _mm512_set1_ps(row[j]);
+          for (int64_t u = 0; u < parts; ++u) o[u] = _mm512_fmadd_ps(p, widen16(value + 16 * u), o[u]);
+        }
+        for (int64_t u = 0; u < parts; ++u) _mm512_storeu_ps(&acc[static_cast<size_t>(c + 16 * u)], o[u]);
+      }
+    } else {
+      lse[(b * d.H + head) * d.Sq + i] = -INFINITY;
+    }
+    finish_row(acc.data(), sums[static_cast<size_t>(r)], d.Dv, out + ((b * d.Sq + i) * d.H + head) * d.Dv);
   }
 }
 
 template <typename T>
 void run(const Dims& d, const Tensor& q, const Tensor& k, const Tensor& v, const int64_t* ranges, float scale,
-         Tensor& out, Tensor& lse) {
+         bool use_units, Tensor& out, Tensor& lse) {
   const Rows<T> qr = rows_of<T>(q), kr = rows_of<T>(k), vr = rows_of<T>(v);
   T* o = static_cast<T*>(out.raw_data());
   float* l = lse.data<float>();
   // A group reads Sk·(D + Dv) values; below ~16K a thread's start costs more than its share.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(d.Sk * (d.D + d.Dv), 1));
+  bool units = false;
+  if constexpr (std::is_same_v<T, bf16>) units = use_units && d.D % 32 == 0 && d.Dv % 16 == 0;
   parallel_for(0, d.B * d.KV, grain, [&](int64_t first, int64_t last) {
-    for (int64_t item = first; item < last; ++item) group<T>(d, item / d.KV, item % d.KV, qr, kr, vr, ranges, scale, o, l);
+    for (int64_t item = first; item < last; ++item) {
+      if constexpr (std::is_same_v<T, bf16>) {
+        if (units) {
+          group_units(d, item / d.KV, item % d.KV, qr, kr, vr, ranges, scale, o, l);
+          continue;
+        }
+      }
+      group<T>(d, item / d.KV, item % d.KV, qr, kr, vr, ranges, scale, o, l);
+    }
   });
 }
 
 }  // namespace
 
-AttentionForwardResult decode_attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-                                                double scale, const AttentionMask& mask) {
+AttentionForwardResult decode_attention_forward_on(MatrixPath path, const Tensor& q_in, const Tensor& k_in,
+                                                   const Tensor& v_in, double scale, const AttentionMask& mask) {
   if (q_in.dtype() == DType::f64 || q_in.size(1) > kDecodeMaxQueryRows)
     return attention_forward(q_in, k_in, v_in, scale, mask, false, AttentionTiles{});
   auto dense_rows = [](const Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); };
@@ -142,12 +234,18 @@ AttentionForwardResult decode_attention_forward(const Tensor& q_in, const Tensor
   res.lse = Tensor::empty({d.B, d.H, d.Sq}, DType::f32);
   const Tensor ranges = row_ranges(mask, d.B, d.Sq, d.Sk);
   const auto s = static_cast<float>(scale);
+  const bool units = path != MatrixPath::fp32 && matrix_dispatch().features.avx512_bf16;
   switch (q.dtype()) {
-    case DType::bf16: run<bf16>(d, q, k, v, ranges.data<int64_t>(), s, res.out, res.lse); break;
-    case DType::f16: run<f16>(d, q, k, v, ranges.data<int64_t>(), s, res.out, res.lse); break;
-    default: run<float>(d, q, k, v, ranges.data<int64_t>(), s, res.out, res.lse); break;
+    case DType::bf16: run<bf16>(d, q, k, v, ranges.data<int64_t>(), s, units, res.out, res.lse); break;
+    case DType::f16: run<f16>(d, q, k, v, ranges.data<int64_t>(), s, false, res.out, res.lse); break;
+    default: run<float>(d, q, k, v, ranges.data<int64_t>(), s, false, res.out, res.lse); break;
   }
   return res;
+}
+
+AttentionForwardResult decode_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                                                const AttentionMask& mask) {
+  return decode_attention_forward_on(matrix_dispatch().path, q, k, v, scale, mask);
 }
 
 }  // namespace loom::kernels::cpu

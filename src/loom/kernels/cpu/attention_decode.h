@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "loom/core/tensor.h"
+#include "loom/kernels/cpu/cpu_isa.h"
 #include "loom/kernels/kernel_types.h"
 
 namespace loom::kernels::cpu {
@@ -25,5 +26,10 @@ inline constexpr int64_t kDecodeMaxQueryRows = 8;
 // is zeros), as attention_forward gives them. Operands whose last dim is strided are copied.
 AttentionForwardResult decode_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                                 double scale, const AttentionMask& mask);
+// The same on a given matrix path (tests compare them): bf16 operands on a bf16 path of a CPU with
+// AVX512-BF16 take scores in vdpbf16ps and the weighted sum in registers, reading the cache as
+// bf16; every other case widens blocks of it and multiplies in fp32.
+AttentionForwardResult decode_attention_forward_on(MatrixPath path, const Tensor& q, const Tensor& k,
+                                                   const Tensor& v, double scale, const AttentionMask& mask);
 
 }  // namespace loom::kernels::cpu
